@@ -1,0 +1,3 @@
+from llamafast.cli import app
+
+app()

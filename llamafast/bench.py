@@ -1,0 +1,130 @@
+"""End-to-end decode benchmark: every backend on the same weights, in one process, against the copy
+bandwidth measured in the same run. Returns data; the CLI prints it.
+
+Achieved GB/s counts the bytes a decode step must read (every weight once, the embedding table one row,
+the KV cache up to the current position) over the measured time per token, the way gpt-fast reports
+"bandwidth achieved", with the KV cache added.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from llamafast.config import Backend, SamplingConfig
+from llamafast.generate import Engine, stream_tokens
+from llamafast.load import DECODE_MODES, LoadedModel, with_backend
+
+
+@dataclass
+class BackendResult:
+    backend: str
+    startup_s: float  # first (warm-up) generation: compilation, graph capture, autotuning
+    ttft_ms: float  # prompt in, first new token on the host
+    prefill_tokens_per_s: float
+    decode_tokens: int
+    decode_tokens_per_s: float
+    decode_ms_per_token: float
+    bytes_per_token: float  # weights + average KV read per decode step
+    achieved_gb_s: float
+    fraction_of_copy_bw: float
+    peak_memory_gb: float | None
+
+
+@dataclass
+class BenchReport:
+    model: str
+    format: str
+    dtype: str
+    params: int
+    prompt_tokens: int
+    new_tokens: int
+    load_s: float
+    copy_bw_gb_s: float  # device-to-device copy, bytes read + written, measured in this run
+    environment: dict = field(default_factory=dict)
+    results: list[BackendResult] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def environment(device: torch.device) -> dict:
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+    }
+
+
+def copy_bandwidth(device: torch.device, nbytes: int = 1 << 30, reps: int = 20) -> float:
+    """GB/s of a device-to-device copy (bytes read + written), median of `reps` timed copies."""
+    if device.type != "cuda":
+        nbytes = min(nbytes, 1 << 27)  # the CPU: 128 MiB, still well beyond its caches
+    src = torch.randn(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(reps + 3):
+        t0 = _now(device)
+        dst.copy_(src)
+        if i >= 3:  # three warm-up copies
+            times.append(_now(device) - t0)
+    times.sort()
+    return 2 * nbytes / times[len(times) // 2] / 1e9
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_tokens: int) -> BackendResult:
+    device = lm.model.tok_embeddings.weight.device
+    model = with_backend(lm.model, backend)
+    engine = Engine(model, SamplingConfig(temperature=0), len(prompt) + new_tokens, DECODE_MODES[backend])
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    t0 = _now(device)
+    for _ in stream_tokens(engine, prompt, min(new_tokens, 8)):  # warm-up: compile, capture, tune
+        pass
+    startup = _now(device) - t0
+    t0 = _now(device)
+    stamps = [time.perf_counter() for _ in stream_tokens(engine, prompt, new_tokens)]
+    ttft, decode_s = stamps[0] - t0, stamps[-1] - stamps[0]
+    n = new_tokens - 1  # decode steps timed: each feeds the token at position len(prompt) + i
+    kv = model.kv_bytes_per_position() * (len(prompt) + (n + 1) / 2)  # mean context read per step
+    per_token = model.weight_bytes_per_token() + kv
+    tps = n / decode_s if n else float("nan")
+    gb_s = per_token * tps / 1e9
+    peak = torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None
+    return BackendResult(
+        backend.value, startup, ttft * 1e3, len(prompt) / ttft, n, tps, 1e3 / tps, per_token, gb_s, 0.0, peak
+    )
+
+
+def run_bench(lm: LoadedModel, backends: list[Backend], prompt_len: int, new_tokens: int) -> BenchReport:
+    device = lm.model.tok_embeddings.weight.device
+    params = sum(p.numel() for p in {p.data_ptr(): p for p in lm.model.parameters()}.values())
+    gen = torch.Generator().manual_seed(0)
+    vocab = lm.model.config.vocab_size
+    prompt = [1] + torch.randint(3, vocab, (prompt_len - 1,), generator=gen).tolist()  # BOS + random ids
+    report = BenchReport(
+        lm.source, lm.format, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), params,
+        prompt_len, new_tokens, lm.load_s, copy_bandwidth(device), environment(device),
+    )
+    for backend in backends:
+        result = bench_backend(lm, backend, prompt, new_tokens)
+        result.fraction_of_copy_bw = result.achieved_gb_s / report.copy_bw_gb_s
+        report.results.append(result)
+    return report

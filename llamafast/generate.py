@@ -1,0 +1,163 @@
+"""Generation: prefill, one decode step at a time on the device, and the streaming loop around it.
+
+The Engine keeps the current token, its position and the seen-token mask on the device; a decode step
+reads them and writes the next token in place, so the host only ever reads token ids back, one step
+behind the GPU (the next step is queued before the host waits for the current token).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from llamafast.config import SamplingConfig
+from llamafast.model import Transformer
+from llamafast.sampling import sample
+from llamafast.tokenizer import StopMatcher, StreamDecoder, Tokenizer
+
+
+class Engine:
+    """Runs one model's prefill and decode steps with device-side state; `mode` says how decode runs."""
+
+    def __init__(self, model: Transformer, sampling: SamplingConfig, max_seq_len: int, mode: str = "eager"):
+        """max_seq_len: positions the KV cache holds (prompt plus new tokens); at most the model's context."""
+        if model.cache_len != max_seq_len:
+            model.setup_cache(max_seq_len)
+        device = model.kv_cache.device
+        self.model, self.sampling, self.mode = model, sampling, mode
+        self.token = torch.zeros(1, dtype=torch.long, device=device)  # (1,) last sampled token
+        self.pos = torch.zeros((), dtype=torch.long, device=device)  # position of self.token
+        self.seen = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)  # for the penalty
+        self._compiled = None
+        if mode == "compile":
+            self._compiled = torch.compile(self._next_token, mode="reduce-overhead", fullgraph=True)
+
+    def _next_token(self, token: torch.Tensor, pos: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
+        return sample(self.model(token, pos)[0], seen, self.sampling)
+
+    @torch.no_grad()
+    def prefill(self, ids: list[int]) -> None:
+        """Runs the prompt through the model and samples the first new token into self.token."""
+        tokens = torch.tensor(ids, dtype=torch.long, device=self.token.device)
+        self.pos.zero_()
+        self.seen.zero_()
+        self.seen[tokens] = True
+        logits = self.model(tokens, self.pos)
+        self._advance(sample(logits[0], self.seen, self.sampling), len(ids))
+
+    @torch.no_grad()
+    def decode(self) -> None:
+        """Feeds self.token at self.pos and samples the next one into self.token."""
+        step = self._compiled or self._next_token
+        self._advance(step(self.token, self.pos, self.seen), 1)
+
+    def _advance(self, nxt: torch.Tensor, n: int) -> None:
+        self.token.copy_(nxt)
+        self.seen.index_fill_(0, self.token, True)
+        self.pos.add_(n)
+
+
+def stream_tokens(engine: Engine, prompt_ids: list[int], max_new_tokens: int) -> Iterator[int]:
+    """Yields new token ids as they reach the host, keeping one decode step queued ahead."""
+    engine.prefill(prompt_ids)
+    on_gpu = engine.token.is_cuda
+    bufs = [torch.empty(1, dtype=torch.long, pin_memory=on_gpu) for _ in range(2)]
+    events = [torch.cuda.Event() if on_gpu else None for _ in range(2)]
+    for i in range(max_new_tokens):
+        buf, ev = bufs[i % 2], events[i % 2]
+        buf.copy_(engine.token, non_blocking=on_gpu)
+        if ev is not None:
+            ev.record()
+        if i + 1 < max_new_tokens:
+            engine.decode()
+        if ev is not None:
+            ev.synchronize()
+        yield int(buf[0])
+
+
+@dataclass
+class Completion:
+    prompt_ids: list[int]
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str = "length"  # "eos" | "stop" | "length"
+    seed: int | None = None
+    ttft_s: float = 0.0  # prompt in, first new token on the host
+    decode_s: float = 0.0  # first to last new token
+    decode_tokens: int = 0  # tokens timed by decode_s (the first token belongs to ttft)
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        return self.decode_tokens / self.decode_s if self.decode_tokens and self.decode_s > 0 else None
+
+    def to_dict(self) -> dict:
+        tps = self.decode_tokens_per_s
+        return {
+            "prompt_ids": self.prompt_ids,
+            "token_ids": self.token_ids,
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "seed": self.seed,
+            "timings": {
+                "ttft_s": self.ttft_s,
+                "prefill_tokens_per_s": len(self.prompt_ids) / self.ttft_s if self.ttft_s else None,
+                "decode_tokens": self.decode_tokens,
+                "decode_s": self.decode_s,
+                "decode_tokens_per_s": tps,
+                "decode_ms_per_token": 1000 / tps if tps else None,
+            },
+        }
+
+
+def generate(
+    engine: Engine,
+    tokenizer: Tokenizer,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    stop: list[str] = (),
+    on_text: Callable[[str], None] | None = None,
+) -> Completion:
+    """Samples up to max_new_tokens, stopping at EOS or at a stop string (cut exactly before it).
+
+    on_text receives the text as it becomes final: never half a UTF-8 character, never a piece of text
+    that may still turn out to start a stop string.
+    """
+    seed = engine.sampling.seed if engine.sampling.seed is not None else int.from_bytes(os.urandom(4), "little")
+    torch.manual_seed(seed)
+    out = Completion(list(prompt_ids), seed=seed)
+    decoder, matcher = StreamDecoder(tokenizer, prompt_ids), StopMatcher(list(stop))
+    emit = on_text or (lambda _: None)
+    t0 = _sync_time(engine)
+    t_first = t_last = t0
+    for token in stream_tokens(engine, prompt_ids, max_new_tokens):
+        t_last = time.perf_counter()
+        if not out.token_ids:
+            t_first = t_last
+        if token == tokenizer.eos_id:
+            out.finish_reason = "eos"
+            break
+        out.token_ids.append(token)
+        text = matcher.feed(decoder.push(token))
+        out.text += text
+        emit(text)
+        if matcher.stopped:
+            out.finish_reason = "stop"
+            break
+    if not matcher.stopped:
+        tail = matcher.feed(decoder.flush()) + ("" if matcher.stopped else matcher.flush())
+        out.text += tail
+        emit(tail)
+        out.finish_reason = "stop" if matcher.stopped else out.finish_reason
+    out.ttft_s, out.decode_s = t_first - t0, t_last - t_first
+    out.decode_tokens = max(0, len(out.token_ids) + (out.finish_reason == "eos") - 1)
+    return out
+
+
+def _sync_time(engine: Engine) -> float:
+    if engine.token.is_cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter()

@@ -1,0 +1,120 @@
+"""Building a ready-to-run model: checkpoint or random weights, device, dtype and backend, all chosen once."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from llamafast.checkpoint import Checkpoint, open_checkpoint
+from llamafast.config import Backend, DType, ModelConfig, model_config
+from llamafast.errors import LlamafastError
+from llamafast.model import REFERENCE_OPS, Transformer, build
+from llamafast.tokenizer import Tokenizer
+from llamafast.weights import Progress, checkpoint_dtype, load_state, random_state
+
+_DTYPES = {DType.float32: torch.float32, DType.bfloat16: torch.bfloat16, DType.float16: torch.float16}
+DECODE_MODES = {Backend.reference: "eager", Backend.compile: "compile"}  # how Engine runs a decode step
+
+
+def bundled_model() -> Path:
+    """stories260K (MIT, Karpathy's tinyllamas), shipped inside the package; see data/stories260K/SOURCE.md."""
+    return Path(str(resources.files("llamafast") / "data" / "stories260K" / "stories260K.bin"))
+
+
+@dataclass
+class LoadedModel:
+    model: Transformer
+    tokenizer: Tokenizer | None
+    backend: Backend
+    format: str  # checkpoint format, or "random"
+    source: str  # path, or the shape name
+    load_s: float
+
+
+def resolve_device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise LlamafastError(f"unknown device {name!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise LlamafastError("--device cuda was asked for, but PyTorch sees no CUDA GPU")
+    return device
+
+
+def resolve_dtype(dtype: DType, device: torch.device, source: torch.dtype) -> torch.dtype:
+    if dtype != DType.auto:
+        return _DTYPES[dtype]
+    return source if device.type == "cuda" else torch.float32  # CPU matmuls are fastest and exact in fp32
+
+
+def resolve_backend(backend: Backend | None, device: torch.device) -> Backend:
+    if backend is None:
+        return Backend.reference
+    if backend == Backend.compile and device.type != "cuda":
+        raise LlamafastError("the compile backend captures CUDA graphs and needs a CUDA GPU")
+    return backend
+
+
+def load_model(
+    path: Path | None,
+    tokenizer: Path | None = None,
+    device: torch.device | None = None,
+    dtype: DType = DType.auto,
+    backend: Backend | None = None,
+    progress: Progress | None = None,
+) -> LoadedModel:
+    """Opens and validates the checkpoint, then streams its tensors to the device into a model built on meta."""
+    t0 = time.perf_counter()
+    device = device or resolve_device(None)
+    ckpt = open_checkpoint(path or bundled_model(), tokenizer)
+    tok = _tokenizer(ckpt)
+    torch_dtype = resolve_dtype(dtype, device, checkpoint_dtype(ckpt))
+    state = load_state(ckpt, device, torch_dtype, progress)
+    backend = resolve_backend(backend, device)
+    model = _build(ckpt.config, state, backend)
+    _sync(device)
+    return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0)
+
+
+def random_model(
+    shape: str, device: torch.device, dtype: DType = DType.bfloat16, backend: Backend | None = None, seed: int = 0
+) -> LoadedModel:
+    """Random weights of a known shape, created directly on the device: speed work without a checkpoint."""
+    t0 = time.perf_counter()
+    config = model_config(shape)
+    torch_dtype = resolve_dtype(dtype, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
+    backend = resolve_backend(backend, device)
+    model = _build(config, random_state(config, device, torch_dtype, seed), backend)
+    _sync(device)
+    return LoadedModel(model, None, backend, "random", shape, time.perf_counter() - t0)
+
+
+def _build(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backend) -> Transformer:
+    return build(config, state, REFERENCE_OPS)
+
+
+def with_backend(model: Transformer, backend: Backend) -> Transformer:
+    """The same weights (shared, not copied) in a model built for another backend; bench compares them."""
+    return _build(model.config, model.state_dict(), backend)
+
+
+def _tokenizer(ckpt: Checkpoint) -> Tokenizer:
+    if ckpt.tokenizer is None:
+        raise LlamafastError(f"no tokenizer.model found beside {ckpt.path}; pass --tokenizer")
+    tok = Tokenizer(ckpt.tokenizer)
+    if tok.vocab_size > ckpt.config.vocab_size:
+        raise LlamafastError(
+            f"tokenizer {ckpt.tokenizer} has {tok.vocab_size} pieces but the model only {ckpt.config.vocab_size}"
+        )
+    return tok
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,156 @@
+"""Llama 2 at batch 1, written once against an Ops bundle (the backend), with a preallocated KV cache.
+
+Legend: S seq, Smax cache length, H heads, KVH kv heads, D head_dim, C dim, F hidden, V vocab.
+Positions live in a device tensor, so a decode step has static shapes and can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from llamafast import reference
+from llamafast.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class Ops:
+    """The fusion boundaries of one transformer block; reference.py has the signatures."""
+
+    name: str
+    rmsnorm_qkv_rope: Callable
+    attention: Callable
+    linear_residual: Callable
+    rmsnorm_swiglu: Callable
+    rmsnorm_lm_head: Callable
+
+
+REFERENCE_OPS = Ops(
+    "reference",
+    reference.rmsnorm_qkv_rope,
+    reference.attention,
+    reference.linear_residual,
+    reference.rmsnorm_swiglu,
+    reference.rmsnorm_lm_head,
+)
+
+
+def _weight(*shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.empty(shape), requires_grad=False)
+
+
+class _Linear(nn.Module):  # a named weight holder; the ops do the math
+    def __init__(self, n_out: int, n_in: int):
+        super().__init__()
+        self.weight = _weight(n_out, n_in)
+
+
+class _Norm(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.weight = _weight(dim)
+
+
+class Attention(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.wqkv = _Linear(c.qkv_dim, c.dim)  # rows: q (H*D), k (KVH*D), v (KVH*D)
+        self.wo = _Linear(c.dim, c.dim)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.w1 = _Linear(c.hidden_dim, c.dim)  # gate
+        self.w2 = _Linear(c.dim, c.hidden_dim)  # down
+        self.w3 = _Linear(c.hidden_dim, c.dim)  # up
+
+
+class Block(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.attention = Attention(c)
+        self.feed_forward = FeedForward(c)
+        self.attention_norm = _Norm(c.dim)
+        self.ffn_norm = _Norm(c.dim)
+
+    def forward(self, x, pos, k_cache, v_cache, rope_cos, rope_sin, ops: Ops, eps: float):
+        q = ops.rmsnorm_qkv_rope(
+            x, self.attention_norm.weight, self.attention.wqkv.weight, rope_cos, rope_sin, pos, k_cache, v_cache, eps
+        )  # (S, H, D); k and v went into the caches
+        h = ops.linear_residual(ops.attention(q, k_cache, v_cache, pos), self.attention.wo.weight, x)
+        f = ops.rmsnorm_swiglu(h, self.ffn_norm.weight, self.feed_forward.w1.weight, self.feed_forward.w3.weight, eps)
+        return ops.linear_residual(f, self.feed_forward.w2.weight, h)  # (S, C)
+
+
+class Transformer(nn.Module):
+    """Build on the meta device, then load_state_dict(state, assign=True) and setup_cache()."""
+
+    def __init__(self, config: ModelConfig, ops: Ops = REFERENCE_OPS, prefill_ops: Ops | None = None):
+        super().__init__()
+        self.config = config
+        self.ops = ops  # decode (S = 1)
+        self.prefill_ops = prefill_ops or ops  # S > 1
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        self.tok_embeddings.weight.requires_grad_(False)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = _Norm(config.dim)
+        self.output = _Linear(config.vocab_size, config.dim)
+        self.cache_len = 0
+
+    def setup_cache(self, max_seq_len: int) -> None:
+        """Preallocates the KV cache (n_layers, 2, KVH, Smax, D) and the RoPE tables for max_seq_len positions."""
+        c, w = self.config, self.tok_embeddings.weight
+        self.cache_len = max_seq_len
+        shape = (c.n_layers, 2, c.n_kv_heads, max_seq_len, c.head_dim)
+        self.register_buffer("kv_cache", torch.zeros(shape, device=w.device, dtype=w.dtype), persistent=False)
+        cos, sin = rope_tables(c.head_dim, max_seq_len, c.rope_theta, w.device)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
+        """tokens (S,) int64 at positions pos..pos+S-1 -> fp32 logits (S, V), or (1, V) of the last token."""
+        ops = self.ops if tokens.shape[0] == 1 else self.prefill_ops
+        x = self.tok_embeddings.weight[tokens]  # (S, C)
+        eps = self.config.norm_eps
+        for i, layer in enumerate(self.layers):
+            x = layer(x, pos, self.kv_cache[i, 0], self.kv_cache[i, 1], self.rope_cos, self.rope_sin, ops, eps)
+        if not all_logits:
+            x = x[-1:]
+        return ops.rmsnorm_lm_head(x, self.norm.weight, self.output.weight, eps)
+
+    def weight_bytes_per_token(self) -> int:
+        """Bytes one decode step reads from weights: every tensor once, the embedding table only one row."""
+        seen, total = set(), 0
+        for name, p in self.named_parameters(remove_duplicate=False):
+            if p.data_ptr() in seen:
+                continue
+            seen.add(p.data_ptr())
+            is_embedding = name == "tok_embeddings.weight" and p is not self.output.weight
+            total += p[0].nbytes if is_embedding else p.nbytes
+        return total
+
+    def kv_bytes_per_position(self) -> int:
+        """KV cache bytes read per token of context in one decode step (k and v, all layers)."""
+        c = self.config
+        return 2 * c.n_layers * c.kv_dim * self.tok_embeddings.weight.element_size()
+
+
+def rope_tables(head_dim: int, max_seq_len: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of pos * theta^(-2i/D), (Smax, D/2) fp32, computed as Meta's precompute_freqs_cis does."""
+    freqs = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device)[: head_dim // 2].float() / head_dim))
+    angles = torch.outer(torch.arange(max_seq_len, device=device).float(), freqs)
+    return torch.cos(angles), torch.sin(angles)
+
+
+def build(config: ModelConfig, state: dict[str, torch.Tensor], ops: Ops = REFERENCE_OPS, prefill_ops=None) -> Transformer:
+    """The backend is chosen here, once: the ops bundle is fixed for the model's life."""
+    with torch.device("meta"):
+        model = Transformer(config, ops, prefill_ops)
+    model.load_state_dict(state, assign=True, strict=True)
+    if model.output.weight.data_ptr() == model.tok_embeddings.weight.data_ptr():
+        model.output.weight = model.tok_embeddings.weight  # tied: one tensor, counted once
+    return model.eval()

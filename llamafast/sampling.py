@@ -1,0 +1,42 @@
+"""Sampling on the device without a host synchronisation: the next token never leaves the GPU.
+
+Greedy at temperature 0; otherwise repetition penalty (CTRL), temperature, top-k, top-p, then a draw by
+the exponential race (argmax of p / Exp(1), the gpt-fast trick), which needs no sync unlike multinomial.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from llamafast.config import SamplingConfig
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL (Keskar et al. 2019): divide positive logits of seen tokens by the penalty, multiply negative ones."""
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalised, logits)
+
+
+def top_p_filter(probs: torch.Tensor, p: float) -> torch.Tensor:
+    """Keeps the smallest set of most likely tokens whose probability reaches p; zeroes the rest."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(mass_before >= p, 0.0)
+    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+
+
+def sample(logits: torch.Tensor, seen: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """logits (V,) fp32, seen (V,) bool -> token (1,) int64, on the logits' device."""
+    if cfg.repetition_penalty != 1.0:
+        logits = apply_repetition_penalty(logits, seen, cfg.repetition_penalty)
+    if cfg.temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / cfg.temperature
+    if cfg.top_k:
+        kth = torch.topk(logits, min(cfg.top_k, logits.shape[-1])).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if cfg.top_p < 1.0:
+        probs = top_p_filter(probs, cfg.top_p)
+    race = torch.empty_like(probs).exponential_(1.0).clamp_min_(1e-20)  # a 0 draw would make 0/0 = NaN win
+    return (probs / race).argmax(dim=-1, keepdim=True)

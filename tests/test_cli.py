@@ -1,0 +1,176 @@
+"""The command line through Typer's CliRunner: golden text, options, and bad input (one line, exit code 1)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from llamafast.cli import app
+
+from .conftest import STORIES, requires_stories
+
+runner = CliRunner()
+
+
+def _run(*args: str, input: str | None = None):
+    return runner.invoke(app, list(args), input=input)
+
+
+def test_bundled_golden_exact(golden):
+    r = _run("generate", "Once upon a time", "--temperature", "0", "--max-new-tokens", "64")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == golden["prompt_once_upon_a_time"]["continuation_text"] + "\n"
+    assert r.stderr.count("running the reference path on the CPU") == 1
+
+
+def test_bos_only_from_empty_prompt(golden):
+    r = _run("generate", "", "--temperature", "0", "--max-new-tokens", "200")
+    assert r.stdout == golden["bos_only"]["steps_200_text"] + "\n"
+
+
+def test_json_output(golden):
+    r = _run("generate", "Once upon a time", "--temperature", "0", "--max-new-tokens", "64", "--json")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    case = golden["prompt_once_upon_a_time"]
+    assert out["token_ids"] == case["continuation_ids"] and out["text"] == case["continuation_text"]
+    assert out["prompt_ids"] == case["prompt_ids_with_bos"] and out["finish_reason"] == "length"
+    assert out["timings"]["ttft_s"] > 0 and out["timings"]["decode_tokens"] == 63
+
+
+def test_prompt_from_stdin_and_file(tmp_path):
+    args = ("--temperature", "0", "--max-new-tokens", "16")
+    direct = _run("generate", "Once upon a time", *args).stdout
+    assert _run("generate", "-", *args, input="Once upon a time").stdout == direct
+    (tmp_path / "p.txt").write_text("Once upon a time")
+    assert _run("generate", "--prompt-file", str(tmp_path / "p.txt"), *args).stdout == direct
+
+
+def test_echo_prints_prompt_first():
+    r = _run("generate", "Once upon a time", "--temperature", "0", "--max-new-tokens", "4", "--echo")
+    assert r.stdout.startswith("Once upon a time, there was")
+
+
+def test_stop_string_cuts_exactly():
+    r = _run("generate", "Once upon a time", "--temperature", "0", "--max-new-tokens", "64", "--stop", "Lily", "--json")
+    out = json.loads(r.stdout)
+    assert out["text"] == ", there was a little girl named " and out["finish_reason"] == "stop"
+
+
+def test_seed_reproducible_through_cli():
+    args = ("generate", "Once upon a time", "--temperature", "1", "--max-new-tokens", "32", "--json")
+    a, b = (json.loads(_run(*args, "--seed", "3").stdout) for _ in range(2))
+    assert a["token_ids"] == b["token_ids"] and a["seed"] == 3
+
+
+def test_chat_prompt_is_wrapped():
+    r = _run("generate", "Hi", "--chat", "--system", "Be kind.", "--max-new-tokens", "2", "--json")
+    out = json.loads(r.stdout)
+    # tok512 has no [INST] pieces; the wrapped prompt is longer than the plain one either way.
+    plain = json.loads(_run("generate", "Hi", "--max-new-tokens", "2", "--json").stdout)
+    assert len(out["prompt_ids"]) > len(plain["prompt_ids"]) + 10
+
+
+def test_info_bundled():
+    r = _run("info", "--json")
+    data = json.loads(r.stdout)
+    assert data["format"] == "llama2c" and data["parameters"] == 260_032 and data["tied_embeddings"]
+
+
+def test_bench_on_cpu_tiny():
+    r = _run("bench", "--random-weights", "--shape", "stories260K", "--new-tokens", "8", "--prompt-len", "4", "--json")
+    assert r.exit_code == 0, r.stderr
+    report = json.loads(r.stdout)
+    (row,) = report["results"]
+    assert row["backend"] == "reference" and row["decode_tokens"] == 7 and row["decode_tokens_per_s"] > 0
+    assert report["copy_bw_gb_s"] > 0 and 0 < row["fraction_of_copy_bw"]
+
+
+def test_preset_file(tmp_path):
+    (tmp_path / "p.toml").write_text('max_new_tokens = 5\n[sampling]\ntemperature = 0.0\n')
+    out = json.loads(_run("generate", "Once upon a time", "--config", str(tmp_path / "p.toml"), "--json").stdout)
+    assert len(out["token_ids"]) == 5 and out["text"] == ", there was a little"
+
+
+# --- bad input: one line on stderr, exit code 1 ----------------------------------------------------------
+
+
+def _assert_clean_error(r, *needles: str):
+    assert r.exit_code == 1, (r.exit_code, r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_missing_model_path(tmp_path):
+    _assert_clean_error(_run("generate", "hi", "--model", str(tmp_path / "nope")), "model path not found", "nope")
+
+
+@requires_stories
+def test_truncated_safetensors(tmp_path):
+    shutil.copytree(STORIES / "hf", tmp_path / "hf")
+    f = tmp_path / "hf" / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:500_000])
+    _assert_clean_error(_run("generate", "hi", "--model", str(tmp_path / "hf")), "truncated", "model.safetensors")
+
+
+@requires_stories
+def test_params_json_does_not_match_tensors(tmp_path):
+    shutil.copytree(STORIES / "meta", tmp_path / "meta")
+    params = json.loads((tmp_path / "meta" / "params.json").read_text())
+    params["n_layers"] = 6
+    (tmp_path / "meta" / "params.json").write_text(json.dumps(params))
+    _assert_clean_error(_run("generate", "hi", "--model", str(tmp_path / "meta")), "layers.5", "params.json")
+
+
+@requires_stories
+def test_params_json_wrong_width(tmp_path):
+    shutil.copytree(STORIES / "meta", tmp_path / "meta")
+    params = json.loads((tmp_path / "meta" / "params.json").read_text())
+    params["n_kv_heads"] = 8  # the tensors have 4 KV heads
+    (tmp_path / "meta" / "params.json").write_text(json.dumps(params))
+    _assert_clean_error(_run("info", "--model", str(tmp_path / "meta")), "layers.0.attention.wk.weight", "shape")
+
+
+@pytest.mark.parametrize("content", [b"", b"hello, not a model", b"\x00" * 4096])
+def test_unknown_format(tmp_path, content):
+    (tmp_path / "weights.dat").write_bytes(content)
+    _assert_clean_error(_run("generate", "hi", "--model", str(tmp_path / "weights.dat")), "unknown checkpoint format")
+    _assert_clean_error(_run("generate", "hi", "--model", str(tmp_path)), "cannot tell the checkpoint format")
+
+
+def test_prompt_longer_than_context():
+    _assert_clean_error(_run("generate", "Once upon a time " * 200), "the model's context is 512 tokens")
+
+
+def test_prompt_plus_new_tokens_beyond_context():
+    _assert_clean_error(_run("generate", "Once upon a time " * 100, "--max-new-tokens", "256"), "--max-new-tokens")
+
+
+@requires_stories
+def test_corrupt_tokenizer(tmp_path):
+    shutil.copytree(STORIES / "hf", tmp_path / "hf")
+    (tmp_path / "hf" / "tokenizer.model").write_bytes(b"garbage")
+    _assert_clean_error(_run("generate", "hi", "--model", str(tmp_path / "hf")), "tokenizer")
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--top-p", "0"], "--top-p"),
+        (["--temperature", "-1"], "--temperature"),
+        (["--max-new-tokens", "0"], "--max-new-tokens"),
+        (["--device", "cuda:9"] , "cuda"),
+    ],
+)
+def test_bad_options(args, needle):
+    _assert_clean_error(_run("generate", "hi", *args), needle)
+
+
+def test_bench_random_weights_needs_shape():
+    _assert_clean_error(_run("bench", "--random-weights"), "--shape")
+    _assert_clean_error(_run("bench", "--random-weights", "--shape", "llama-3"), "unknown shape", "llama-2-7b")
