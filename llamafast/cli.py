@@ -15,8 +15,9 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from rich.table import Table
 
 from llamafast import info as info_lib
-from llamafast.bench import run_bench
-from llamafast.config import Backend, DType, RunConfig, SamplingConfig, load_preset
+from llamafast.bench import copy_bandwidth, environment, run_bench
+from llamafast.bench_kernels import bench_kernels
+from llamafast.config import Backend, DType, RunConfig, SamplingConfig, load_preset, model_config
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine, generate as generate_text
 from llamafast.load import DECODE_MODES, load_model, random_model, resolve_device
@@ -217,16 +218,20 @@ def bench(
     dtype: DTypeOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file.")] = None,
+    kernels: Annotated[bool, typer.Option("--kernels", help="Time each decode kernel against its reference at --shape instead.")] = False,
+    context: Annotated[int, typer.Option(help="With --kernels: tokens of context for attention.")] = 4096,
     config: ConfigOpt = None,
 ):
     """Measure load time, time to first token, decode tokens/s and achieved memory bandwidth, per backend."""
     with _clean_errors():
         run = _preset(config)
         dev = _device(_pick(device, run.device))
+        if kernels:
+            return _bench_kernels(_pick(shape, run.shape) or "llama-2-7b", dev, _pick(dtype, DType.bfloat16), context, json_out, out)
         n_prompt, n_new = _pick(prompt_len, run.prompt_len), _pick(new_tokens, run.max_new_tokens)
         if n_prompt < 1 or n_new < 2:
             raise LlamafastError("--prompt-len must be at least 1 and --new-tokens at least 2")
-        backends = backend or ([Backend.reference, Backend.compile] if dev.type == "cuda" else [Backend.reference])
+        backends = backend or (list(Backend) if dev.type == "cuda" else [Backend.reference])
         lm = _bench_model(run, model, tokenizer, random_weights, shape, dev, dtype)
         check_context(n_prompt, n_new, lm.model.config.max_seq_len)
         report = run_bench(lm, backends, n_prompt, n_new)
@@ -236,6 +241,40 @@ def bench(
             print(json.dumps(report.to_dict()))
         else:
             _print_report(report)
+
+
+def _bench_kernels(shape: str, dev, dtype: DType, context: int, json_out: bool, out: Path | None) -> None:
+    if dev.type != "cuda":
+        raise LlamafastError("--kernels times Triton kernels in CUDA graphs and needs a CUDA GPU")
+    if dtype not in (DType.bfloat16, DType.float16):
+        raise LlamafastError("--kernels: --dtype bfloat16 or float16")
+    torch_dtype = torch.bfloat16 if dtype == DType.bfloat16 else torch.float16
+    copy_bw = copy_bandwidth(dev)
+    rows = bench_kernels(model_config(shape), torch_dtype, context, copy_bw)
+    report = {"shape": shape, "dtype": dtype.value, "context": context, "copy_bw_gb_s": copy_bw,
+              "environment": environment(dev), "kernels": [r.to_dict() for r in rows]}
+    if out is not None:
+        out.write_text(json.dumps(report, indent=1) + "\n")
+    if json_out:
+        print(json.dumps(report))
+        return
+    env = report["environment"]
+    _console().print(f"{shape} {dtype.value}, context {context}, on {env['device']}; torch {env['torch']}, "
+                     f"triton {env['triton']}; copy bandwidth {copy_bw:.0f} GB/s")
+    table = Table("kernel", "MB", "µs", "GB/s", "% copy BW", "reference µs", "speedup")
+    for r in rows:
+        table.add_row(r.name, f"{r.bytes / 1e6:.1f}", f"{r.us:.1f}", f"{r.gb_s:.0f}",
+                      f"{100 * r.fraction_of_copy_bw:.1f}", f"{r.reference_us:.1f}", f"{r.speedup:.2f}x")
+    total = sum(r.us for r in rows)
+    table.add_row("total (one of each)", f"{sum(r.bytes for r in rows) / 1e6:.1f}", f"{total:.1f}",
+                  f"{sum(r.bytes for r in rows) / total / 1e3:.0f}", "", f"{sum(r.reference_us for r in rows):.1f}", "")
+    _console().print(table)
+
+
+def _console() -> Console:
+    """stdout; wide enough for the tables when it is a file or a pipe."""
+    out = Console()
+    return out if out.is_terminal else Console(width=200)
 
 
 def _bench_model(run, model, tokenizer, random_weights, shape, dev, dtype):
@@ -252,7 +291,7 @@ def _bench_model(run, model, tokenizer, random_weights, shape, dev, dtype):
 
 def _print_report(r) -> None:
     env = r.environment
-    out = Console()
+    out = _console()
     out.print(
         f"{r.model} ({r.format}, {r.dtype}, {r.params / 1e9:.3f} B params) on {env['device']}; "
         f"torch {env['torch']}, triton {env['triton']}; load {r.load_s:.2f} s; "

@@ -95,6 +95,7 @@ class Backend(str, Enum):
 
     reference = "reference"  # plain PyTorch, eager
     compile = "compile"  # the reference path under torch.compile(mode="reduce-overhead"): CUDA graphs
+    triton = "triton"  # fused Triton kernels, the whole decode step replayed from one CUDA graph
 
 
 class DType(str, Enum):

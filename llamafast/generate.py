@@ -33,7 +33,11 @@ class Engine:
         self.pos = torch.zeros((), dtype=torch.long, device=device)  # position of self.token
         self.seen = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)  # for the penalty
         self._compiled = None
+        self._graph: torch.cuda.CUDAGraph | None = None
+        if mode == "graph" and device.type != "cuda":
+            self.mode = "eager"  # the kernels under TRITON_INTERPRET=1 on the CPU: no graphs there
         if mode == "compile":
+            _inductor_settings()
             self._compiled = torch.compile(self._next_token, mode="reduce-overhead", fullgraph=True)
 
     def _next_token(self, token: torch.Tensor, pos: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
@@ -52,13 +56,48 @@ class Engine:
     @torch.no_grad()
     def decode(self) -> None:
         """Feeds self.token at self.pos and samples the next one into self.token."""
+        if self.mode == "graph":
+            if self._graph is None:
+                self._graph = self._capture()
+            self._graph.replay()
+            return
         step = self._compiled or self._next_token
         self._advance(step(self.token, self.pos, self.seen), 1)
+
+    def _capture(self) -> torch.cuda.CUDAGraph:
+        """Captures one whole decode step (all layers, sampling, the state update) as a CUDA graph.
+
+        One eager step on a side stream first compiles the Triton kernels (cached on disk across runs)
+        and settles the allocator; the state it advanced is then restored. That step writes the KV cache
+        only at self.pos, which the first replay rewrites.
+        """
+        saved = (self.token.clone(), self.pos.clone(), self.seen.clone())
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self._advance(self._next_token(self.token, self.pos, self.seen), 1)
+        torch.cuda.current_stream().wait_stream(side)
+        for live, old in zip((self.token, self.pos, self.seen), saved):
+            live.copy_(old)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._advance(self._next_token(self.token, self.pos, self.seen), 1)
+        return graph
 
     def _advance(self, nxt: torch.Tensor, n: int) -> None:
         self.token.copy_(nxt)
         self.seen.index_fill_(0, self.token, True)
         self.pos.add_(n)
+
+
+def _inductor_settings() -> None:
+    """gpt-fast's inductor settings, so the compile baseline is the technique at its best: coordinate-descent
+    tuning of the generated M=1 matmul kernels, and the FX graph cache for warm restarts."""
+    import torch._inductor.config as inductor
+
+    inductor.coordinate_descent_tuning = True
+    inductor.triton.unique_kernel_names = True
+    inductor.fx_graph_cache = True
 
 
 def stream_tokens(engine: Engine, prompt_ids: list[int], max_new_tokens: int) -> Iterator[int]:

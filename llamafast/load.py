@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -12,12 +13,13 @@ import torch
 from llamafast.checkpoint import Checkpoint, open_checkpoint
 from llamafast.config import Backend, DType, ModelConfig, model_config
 from llamafast.errors import LlamafastError
-from llamafast.model import REFERENCE_OPS, Transformer, build
+from llamafast.model import REFERENCE_OPS, Ops, Transformer, build
 from llamafast.tokenizer import Tokenizer
 from llamafast.weights import Progress, checkpoint_dtype, load_state, random_state
 
 _DTYPES = {DType.float32: torch.float32, DType.bfloat16: torch.bfloat16, DType.float16: torch.float16}
-DECODE_MODES = {Backend.reference: "eager", Backend.compile: "compile"}  # how Engine runs a decode step
+# How Engine runs a decode step for each backend.
+DECODE_MODES = {Backend.reference: "eager", Backend.compile: "compile", Backend.triton: "graph"}
 
 
 def bundled_model() -> Path:
@@ -54,10 +56,13 @@ def resolve_dtype(dtype: DType, device: torch.device, source: torch.dtype) -> to
 
 
 def resolve_backend(backend: Backend | None, device: torch.device) -> Backend:
+    """Triton on CUDA by default, the reference path elsewhere."""
     if backend is None:
-        return Backend.reference
+        return Backend.triton if device.type == "cuda" else Backend.reference
     if backend == Backend.compile and device.type != "cuda":
         raise LlamafastError("the compile backend captures CUDA graphs and needs a CUDA GPU")
+    if backend == Backend.triton and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise LlamafastError("the triton backend needs a CUDA GPU (TRITON_INTERPRET=1 runs it slowly on the CPU)")
     return backend
 
 
@@ -96,7 +101,15 @@ def random_model(
 
 
 def _build(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backend) -> Transformer:
-    return build(config, state, REFERENCE_OPS)
+    if backend != Backend.triton:
+        return build(config, state, REFERENCE_OPS)
+    from llamafast import kernels  # imports Triton only when its backend is chosen
+
+    ops = Ops(
+        "triton", kernels.rmsnorm_qkv_rope, kernels.decode_attention, kernels.linear_residual,
+        kernels.rmsnorm_swiglu, kernels.rmsnorm_lm_head,
+    )
+    return build(config, state, ops, prefill_ops=REFERENCE_OPS)  # prompts: cuBLAS + SDPA
 
 
 def with_backend(model: Transformer, backend: Backend) -> Transformer:

@@ -6,10 +6,14 @@ import json
 import os
 from pathlib import Path
 
-import pytest
 import torch
 
-from llamafast.config import ModelConfig
+if not torch.cuda.is_available():  # kernels run through Triton's interpreter; must be set before triton loads
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from llamafast.config import ModelConfig  # noqa: E402
 
 # ../shared/testdata beside the checkout (as in CI); LLAMAFAST_TESTDATA overrides.
 TESTDATA = Path(os.environ.get("LLAMAFAST_TESTDATA", Path(__file__).resolve().parents[2] / "shared" / "testdata"))

@@ -1,0 +1,140 @@
+"""Decode attention for one query token: split-KV FlashAttention (flash-decoding) with GQA.
+
+    out[h] = softmax(q[h] . K[kv(h), :L] / sqrt(D)) @ V[kv(h), :L],   L = pos + 1 (read on the device)
+
+Grid (KVH, splits): a program takes all GROUP = H / KVH query heads of one KV head, so each K/V block is
+read once for its whole group (Llama-2-70B: 8 heads per KV head), and one split of the sequence, walked
+in BLOCK_S blocks with an online softmax; it writes its partial output and log-sum-exp. Programs whose
+split starts past L exit at once, so the loop is bounded by the current length, not by the cache size,
+while the grid stays fixed for CUDA graphs. A second small kernel merges the splits by their LSE.
+Scores use tl.dot with the group padded to 16 rows (and D to 16): wasted MMA work is free here, since the
+kernel is bound by K/V reads. Legend: H heads, KVH kv heads, D head_dim, L length.
+Llama-2-7B bf16 at L = 4096: reads 2 x 32 x 4096 x 128 x 2 B = 64 MiB of K/V per layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .gemv import pdl_prologue, use_pdl
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    n_splits: int  # programs per KV head for a full cache; the split length is a power of two >= block_s
+    block_s: int  # positions per loop step
+    num_warps: int
+
+    def split_len(self, smax: int) -> int:
+        return max(self.block_s, triton.next_power_of_2(triton.cdiv(smax, self.n_splits)))
+
+
+# (KVH, GROUP) -> launch. H100, bf16, 7B (scripts/results/tune_7b.txt): 8 splits of the cache were fastest
+# at both 512 and 4096 positions (8.0 and 28.6 us, split kernel and merge together); block_s and warps
+# changed little (28.6-29.9 us at 4096).
+CONFIGS: dict[tuple[int, int], AttentionConfig] = {(32, 1): AttentionConfig(n_splits=8, block_s=32, num_warps=2)}
+DEFAULT = AttentionConfig(n_splits=8, block_s=32, num_warps=2)
+
+
+def attention_config(kvh: int, group: int) -> AttentionConfig:
+    """Fewer KV heads need more splits to give every SM work (70B: 8 KV heads -> 32 splits)."""
+    if (kvh, group) in CONFIGS:
+        return CONFIGS[(kvh, group)]
+    return AttentionConfig(max(DEFAULT.n_splits, 256 // kvh), DEFAULT.block_s, DEFAULT.num_warps)
+
+
+@triton.jit
+def _decode_attention_split_kernel(
+    q_ptr, k_ptr, v_ptr, pos_ptr, part_ptr, lse_ptr,  # q (H, D); caches (KVH, Smax, D); partials (H, S, D), (H, S)
+    stride_ch, stride_cs, n_splits, sm_scale,  # cache strides (head, seq); splits; 1/sqrt(D)
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr, USE_PDL: tl.constexpr,
+):
+    pdl_prologue(USE_PDL)
+    kvh, split = tl.program_id(0), tl.program_id(1)
+    length = tl.load(pos_ptr) + 1
+    start = split * SPLIT_LEN
+    end = tl.minimum(start + SPLIT_LEN, length)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    heads = kvh * GROUP + g
+    q_mask = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]
+    q = tl.load(q_ptr + heads[:, None] * HEAD_DIM + d[None, :], mask=q_mask, other=0.0)  # (BLOCK_G, BLOCK_D)
+    m = tl.full((BLOCK_G,), float("-inf"), dtype=tl.float32)
+    l = tl.zeros((BLOCK_G,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_G, BLOCK_D), dtype=tl.float32)
+    base = kvh.to(tl.int64) * stride_ch
+    for s0 in range(start, end, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        kv_mask = (s < end)[:, None] & (d < HEAD_DIM)[None, :]
+        offs = base + s[:, None] * stride_cs + d[None, :]
+        k = tl.load(k_ptr + offs, mask=kv_mask, other=0.0)  # (BLOCK_S, BLOCK_D)
+        if FP32:  # tf32 would cost the fp32 path its exactness
+            scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            scores = tl.dot(q, tl.trans(k))  # (BLOCK_G, BLOCK_S) fp32
+        scores = scores * sm_scale
+        scores = tl.where((s < end)[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=1))
+        p = tl.exp(scores - m_new[:, None])
+        alpha = tl.exp(m - m_new)
+        v = tl.load(v_ptr + offs, mask=kv_mask, other=0.0)
+        if FP32:
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        l = l * alpha + tl.sum(p, axis=1)
+        m = m_new
+    out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    lse = tl.where(l > 0, m + tl.log(l), float("-inf"))  # an empty split weighs nothing in the merge
+    row = heads * n_splits + split
+    tl.store(part_ptr + row[:, None] * HEAD_DIM + d[None, :], out, mask=q_mask)
+    tl.store(lse_ptr + row, lse, mask=g < GROUP)
+
+
+@triton.jit
+def _decode_attention_merge_kernel(
+    part_ptr, lse_ptr, out_ptr,  # partials (H, S, D) fp32, (H, S) fp32; out (H, D)
+    n_splits,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SPLITS: tl.constexpr, USE_PDL: tl.constexpr,
+):
+    pdl_prologue(USE_PDL)
+    h = tl.program_id(0)
+    sp = tl.arange(0, BLOCK_SPLITS)
+    d = tl.arange(0, BLOCK_D)
+    lse = tl.load(lse_ptr + h * n_splits + sp, mask=sp < n_splits, other=float("-inf"))
+    w = tl.exp(lse - tl.max(lse, axis=0))  # split 0 always holds position 0, so the max is finite
+    mask = (sp < n_splits)[:, None] & (d < HEAD_DIM)[None, :]
+    part = tl.load(part_ptr + (h * n_splits + sp)[:, None] * HEAD_DIM + d[None, :], mask=mask, other=0.0)
+    out = tl.sum(part * w[:, None], axis=0) / tl.sum(w, axis=0)
+    tl.store(out_ptr + h * HEAD_DIM + d, out.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor):
+    """Same contract as llamafast.reference.attention for one token: q (1, H, D) -> (1, H*D)."""
+    _, h, d = q.shape
+    kvh, smax, _ = k_cache.shape
+    assert h % kvh == 0, f"{h} query heads do not group over {kvh} KV heads"
+    assert q.is_contiguous() and k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1
+    cfg = attention_config(kvh, h // kvh)
+    split_len = cfg.split_len(smax)
+    n_splits = triton.cdiv(smax, split_len)
+    pdl = use_pdl(q.device)
+    part = torch.empty((h, n_splits, d), device=q.device, dtype=torch.float32)
+    lse = torch.empty((h, n_splits), device=q.device, dtype=torch.float32)
+    block_d = max(16, triton.next_power_of_2(d))
+    _decode_attention_split_kernel[(kvh, n_splits)](
+        q, k_cache, v_cache, pos, part, lse, k_cache.stride(0), k_cache.stride(1), n_splits, d**-0.5,
+        GROUP=h // kvh, HEAD_DIM=d, BLOCK_G=max(16, triton.next_power_of_2(h // kvh)), BLOCK_D=block_d,
+        BLOCK_S=cfg.block_s, SPLIT_LEN=split_len, FP32=q.dtype == torch.float32, USE_PDL=pdl,
+        num_warps=cfg.num_warps, launch_pdl=pdl,
+    )
+    out = torch.empty((1, h * d), device=q.device, dtype=q.dtype)
+    _decode_attention_merge_kernel[(h,)](
+        part, lse, out, n_splits, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_SPLITS=triton.next_power_of_2(n_splits),
+        USE_PDL=pdl, num_warps=1, launch_pdl=pdl,
+    )
+    return out

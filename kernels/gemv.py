@@ -1,0 +1,122 @@
+"""Shared pieces of the batch-1 decode kernels: the row-block GEMV loop and launch settings.
+
+Every decode matmul has M = 1, so it is a GEMV: y[n] = sum_k W[n, k] * x[k] with W in nn.Linear layout
+(N, K), contiguous along K. A program owns BLOCK_N rows and streams them in (BLOCK_N, BLOCK_K) tiles,
+accumulating in fp32 registers; tl.dot would waste 15/16 of an MMA tile at M = 1 (KERNELS.md).
+The activation x (8 KB at 7B) is re-read from L2 by every program, which is how RMSNorm is fused: its
+statistic sum(x^2) is accumulated in the same loop and applied to the finished row sums.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+# True where kernels run on CPU tensors through Triton's interpreter (the tests without a GPU).
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+# Programmatic dependent launch between consecutive decode kernels (Hopper and newer); scripts flip it to
+# measure what it is worth.
+ENABLE_PDL = True
+
+
+@functools.lru_cache
+def use_pdl(device: torch.device) -> bool:
+    """PDL needs compute capability 9.0 (griddepcontrol); the interpreter has no inline PTX."""
+    return ENABLE_PDL and not INTERPRET and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+@triton.jit
+def pdl_prologue(USE_PDL: tl.constexpr):
+    """With PDL the next kernel is launched while this one still runs: its programs get resident and wait
+    here, at the top, for this kernel to finish, so the launch and ramp-up overlap this kernel's tail.
+    Waiting before any load or store keeps every read-after-write and buffer reuse ordered."""
+    if USE_PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+
+
+@triton.jit
+def dot_rows(
+    w_ptr, w2_ptr, x_ptr, g_ptr,  # weights (N, K) (w2 read only when PAIR); activation (K,); RMSNorm weight (K,)
+    rows, row_mask, K, stride_wn,  # (BLOCK_N,) row indices and mask; reduction length; weights' row stride
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr,  # fuse RMSNorm; also W2[rows] @ x; K % BLOCK_K == 0
+):
+    """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # reduced once, after the loop
+    acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    offs = rows[:, None].to(tl.int64) * stride_wn
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        x = _load_vector(x_ptr, k, K, EVEN_K)
+        if NORM:
+            ss += x * x
+            x = x * _load_vector(g_ptr, k, K, EVEN_K)
+        acc += _load_tile(w_ptr + offs, k, K, row_mask, EVEN_K) * x[None, :]
+        if PAIR:
+            acc2 += _load_tile(w2_ptr + offs, k, K, row_mask, EVEN_K) * x[None, :]
+    return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
+
+
+@triton.jit
+def _load_vector(ptr, k, K, EVEN_K: tl.constexpr):
+    """A K-slice of a small vector that every program reads: keep it in cache."""
+    if EVEN_K:
+        return tl.load(ptr + k, eviction_policy="evict_last").to(tl.float32)
+    return tl.load(ptr + k, mask=k < K, other=0.0, eviction_policy="evict_last").to(tl.float32)
+
+
+@triton.jit
+def _load_tile(row_ptrs, k, K, row_mask, EVEN_K: tl.constexpr):
+    """A (BLOCK_N, BLOCK_K) weight tile, read once: stream it past the cache."""
+    if EVEN_K:  # no mask along K, so the loads stay 16 bytes wide
+        w = tl.load(row_ptrs + k[None, :], mask=row_mask[:, None], other=0.0, eviction_policy="evict_first")
+    else:
+        mask = row_mask[:, None] & (k < K)[None, :]
+        w = tl.load(row_ptrs + k[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
+    return w.to(tl.float32)
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int = 1
+
+
+def gemv_config(table: dict[tuple[int, int], GemvConfig], n: int, k: int) -> GemvConfig:
+    """The tuned launch for an (N, K) shape, else a default that keeps every SM busy with a few waves."""
+    if (n, k) in table:
+        return table[(n, k)]
+    if INTERPRET:  # numpy runs one program at a time: few large programs are fastest
+        return GemvConfig(min(64, triton.next_power_of_2(n)), min(256, triton.next_power_of_2(k)), num_warps=4)
+    # The shape of the 7B winners (scripts/results/tune_7b.txt): 1024-wide K tiles; 2 rows and one warp per
+    # program when N is small, 8 rows and 4 warps when there are rows enough for many waves.
+    block_k = min(1024, triton.next_power_of_2(k))
+    return GemvConfig(8, block_k, 4) if n >= 8192 else GemvConfig(2, block_k, 1)
+
+
+def launch_args(cfg: GemvConfig, k: int, device: torch.device, block_n: int | None = None) -> dict:
+    """The meta-parameters and launch options every GEMV kernel takes."""
+    pdl = use_pdl(device)
+    return {
+        "BLOCK_N": block_n or cfg.block_n, "BLOCK_K": cfg.block_k, "EVEN_K": k % cfg.block_k == 0, "USE_PDL": pdl,
+        "num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "launch_pdl": pdl,
+    }
+
+
+def check_vector(name: str, t: torch.Tensor, n: int) -> None:
+    assert t.is_contiguous() and t.numel() == n, f"{name}: expected {n} contiguous elements, got {tuple(t.shape)}"
+
+
+def check_weight(name: str, w: torch.Tensor, k: int) -> None:
+    assert w.dim() == 2 and w.shape[1] == k, f"{name}: expected (N, {k}), got {tuple(w.shape)}"
+    assert w.stride(1) == 1, f"{name}: rows must be contiguous along K"

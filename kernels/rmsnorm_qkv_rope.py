@@ -1,0 +1,73 @@
+"""RMSNorm + QKV projection + RoPE + KV-cache write, for one decode token.
+
+    qkv = (x * rsqrt(mean(x^2) + eps) * g) @ Wqkv.T;  q, k = rope(q), rope(k) at pos;  cache[pos] = k, v
+
+RMSNorm is a per-row scale, so it commutes with the matmul: each program accumulates (x * g) against its
+rows of Wqkv and sum(x^2) in the same loop, then scales the row sums by rsqrt (the kernl write-up).
+RoPE rotates Meta's interleaved (even, odd) row pairs, which lie in the same program because BLOCK_N is
+even; the angles come from the model's fp32 cos/sin tables at row pos (read from a device tensor, so the
+launch replays unchanged in a CUDA graph). Rows past H*D are k then v, stored straight into the cache.
+Legend: C dim, H heads, KVH kv heads, D head_dim, Smax cache length. Llama-2-7B bf16: reads 100.7 MB of
+Wqkv (12288 x 4096), writes q (8 KB) and one position of k and v (8 KB each).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .gemv import GemvConfig, check_vector, check_weight, dot_rows, gemv_config, launch_args, pdl_prologue
+
+# (N, C) -> launch. H100, bf16 (scripts/results/tune_7b.txt): 36.7 us = 2741 GB/s at 7B.
+CONFIGS: dict[tuple[int, int], GemvConfig] = {(12288, 4096): GemvConfig(block_n=8, block_k=1024, num_warps=4)}
+
+
+@triton.jit
+def _rmsnorm_qkv_rope_kernel(
+    x_ptr, g_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr,  # x (C,), g (C,), Wqkv (N, C), tables (Smax, D/2), pos ()
+    q_ptr, k_cache_ptr, v_cache_ptr,  # q out (H*D,); caches (KVH, Smax, D)
+    N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps,  # N = QD + 2*KVD rows; cache strides (head, seq)
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, USE_PDL: tl.constexpr,
+):
+    pdl_prologue(USE_PDL)
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = rows < N
+    acc, _, ss = dot_rows(w_ptr, w_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K)
+    acc = acc * tl.rsqrt(ss / C + eps)
+    # RoPE on (even, odd) row pairs of q and k; v rows pass through.
+    pos = tl.load(pos_ptr)
+    pair = (tl.program_id(0) * BLOCK_N + 2 * tl.arange(0, BLOCK_N // 2)) % HEAD_DIM // 2
+    cos = tl.load(cos_ptr + pos * (HEAD_DIM // 2) + pair)
+    sin = tl.load(sin_ptr + pos * (HEAD_DIM // 2) + pair)
+    a, b = tl.split(tl.reshape(acc, (BLOCK_N // 2, 2)))
+    rotated = tl.reshape(tl.join(a * cos - b * sin, a * sin + b * cos), (BLOCK_N,))
+    out = tl.where(rows < QD + KVD, rotated, acc)
+    # Store: q rows to q, k and v rows into the caches at pos.
+    tl.store(q_ptr + rows, out.to(q_ptr.dtype.element_ty), mask=rows < QD)
+    kv_row = tl.where(rows < QD + KVD, rows - QD, rows - QD - KVD)
+    offs = (kv_row // HEAD_DIM) * stride_ch + pos * stride_cs + kv_row % HEAD_DIM
+    is_k = (rows >= QD) & (rows < QD + KVD)
+    tl.store(k_cache_ptr + offs, out.to(k_cache_ptr.dtype.element_ty), mask=is_k)
+    tl.store(v_cache_ptr + offs, out.to(v_cache_ptr.dtype.element_ty), mask=(rows >= QD + KVD) & mask)
+
+
+def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps):
+    """Same contract as llamafast.reference.rmsnorm_qkv_rope, for one token: x (1, C) -> q (1, H, D)."""
+    n, c = wqkv.shape
+    kvh, smax, d = k_cache.shape
+    qd = n - 2 * kvh * d
+    check_vector("x", x, c)
+    check_vector("norm_w", norm_w, c)
+    check_weight("wqkv", wqkv, c)
+    assert k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "k and v caches: same layout, D contiguous"
+    assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
+    q = torch.empty((1, qd // d, d), device=x.device, dtype=x.dtype)
+    cfg = gemv_config(CONFIGS, n, c)
+    block_n = max(2, cfg.block_n)  # even, so both rows of a RoPE pair are in one program
+    _rmsnorm_qkv_rope_kernel[(triton.cdiv(n, block_n),)](
+        x, norm_w, wqkv, cos, sin, pos, q, k_cache, v_cache,
+        n, c, qd, kvh * d, wqkv.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
+        HEAD_DIM=d, **launch_args(cfg, c, x.device, block_n),
+    )
+    return q

@@ -1,0 +1,79 @@
+"""`llamafast bench --kernels`: each decode kernel beside its torch reference at a model shape.
+
+Both are timed the same way: back-to-back calls replayed from one CUDA graph, as in a real decode step,
+over enough distinct input sets (weights included) that they cannot be served from the 50 MB L2 cache;
+GB/s counts the fewest bytes each call must move (KernelSpec.bytes_moved).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from llamafast.config import ModelConfig
+
+L2_FLUSH_BYTES = 256 << 20  # input sets per timing cover at least this much: 5x the H100's L2
+
+
+@dataclass
+class KernelResult:
+    name: str
+    us: float
+    gb_s: float
+    fraction_of_copy_bw: float
+    reference_us: float
+    speedup: float
+    bytes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def time_in_graph(fn: Callable, arg_sets: list[tuple], replays: int = 20) -> float:
+    """Median microseconds per call of fn over arg_sets, called back to back inside one CUDA graph."""
+    for args in arg_sets:  # compile and warm up outside the capture
+        fn(*args)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for args in arg_sets:
+            fn(*args)
+    graph.replay()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(arg_sets))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def input_sets(make: Callable[[], tuple], nbytes: int) -> list[tuple]:
+    return [make() for _ in range(max(1, math.ceil(L2_FLUSH_BYTES / nbytes)))]
+
+
+def bench_kernels(
+    config: ModelConfig, dtype: torch.dtype, context: int, copy_bw_gb_s: float, names: list[str] | None = None
+) -> list[KernelResult]:
+    from llamafast.kernels import REGISTRY
+
+    device = torch.device("cuda")
+    results = []
+    for name, spec in REGISTRY.items():
+        if names and name not in names:
+            continue
+        nbytes = spec.bytes_moved(config, dtype, context)
+        sets = input_sets(lambda: spec.make_inputs(config, dtype, device, context), nbytes)
+        us = time_in_graph(spec.kernel, sets)
+        ref_us = time_in_graph(spec.reference, sets)
+        gb_s = nbytes / us / 1e3
+        results.append(KernelResult(name, us, gb_s, gb_s / copy_bw_gb_s, ref_us, ref_us / us, nbytes))
+        del sets
+        torch.cuda.empty_cache()
+    return results

@@ -1,0 +1,34 @@
+"""Shapes and dtypes for the kernel tests: small odd shapes on the CPU (Triton's interpreter), the
+Llama-2 7B/13B/70B shapes on a GPU (marked gpu)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llamafast.config import MODEL_CONFIGS, ModelConfig
+
+from ..conftest import TOLERANCES
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+
+# Odd on purpose: K = 96 is not a multiple of any BLOCK_K, F = 200 and V = 1000 not of BLOCK_N, head_dim 16.
+ODD = ModelConfig(dim=96, n_layers=1, n_heads=6, n_kv_heads=3, vocab_size=1000, hidden_dim=200, max_seq_len=600)
+
+_gpu = pytest.mark.gpu
+SHAPES = [
+    pytest.param(MODEL_CONFIGS["stories260K"], id="stories260K"),  # head_dim 8, GQA 2:1
+    pytest.param(ODD, id="odd"),
+    *[pytest.param(MODEL_CONFIGS[n], id=n, marks=[_gpu, pytest.mark.skipif(not ON_GPU, reason="needs a GPU")])
+      for n in ("llama-2-7b", "llama-2-13b", "llama-2-70b")],
+]
+
+# bf16 tl.dot is wrong in Triton 3.6's interpreter (KERNELS.md), so dot kernels skip bf16 on the CPU.
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DOT_DTYPES = DTYPES if ON_GPU else [torch.float32, torch.float16]
+
+
+def tolerance(dtype: torch.dtype) -> dict:
+    atol, rtol = TOLERANCES[dtype]
+    return {"atol": atol, "rtol": rtol}

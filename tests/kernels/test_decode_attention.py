@@ -1,0 +1,39 @@
+"""decode_attention against reference.attention (SDPA over the masked cache), at lengths around the split
+and block sizes, with GQA groups of 1, 2 and 8."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llamafast.kernels import REGISTRY
+from llamafast.kernels.decode_attention import attention_config
+
+from .common import DEVICE, DOT_DTYPES, SHAPES, tolerance
+
+SPEC = REGISTRY["decode_attention"]
+SMAX = 600  # the cache's positions in these tests
+
+
+@pytest.mark.parametrize("dtype", DOT_DTYPES, ids=str)
+@pytest.mark.parametrize("config", SHAPES)
+@pytest.mark.parametrize("where", ["first", "block-1", "block+1", "split", "split+3", "2splits+block+5", "full"])
+def test_matches_reference(config, dtype, where):
+    """Lengths at and around the block and split edges of the launch this shape gets."""
+    cfg = attention_config(config.n_kv_heads, config.n_heads // config.n_kv_heads)
+    b, s = cfg.block_s, cfg.split_len(SMAX)
+    length = {"first": 1, "block-1": b - 1, "block+1": b + 1, "split": s, "split+3": s + 3,
+              "2splits+block+5": 2 * s + b + 5, "full": SMAX}[where]
+    q, k_cache, v_cache, _ = SPEC.make_inputs(config, dtype, DEVICE, SMAX)
+    pos = torch.tensor(min(length, SMAX) - 1, device=DEVICE)
+    torch.testing.assert_close(SPEC.kernel(q, k_cache, v_cache, pos), SPEC.reference(q, k_cache, v_cache, pos),
+                               **tolerance(dtype))
+
+
+def test_ignores_positions_past_length(tiny_config):
+    q, k_cache, v_cache, _ = SPEC.make_inputs(tiny_config, torch.float32, DEVICE, 64)
+    pos = torch.tensor(20, device=DEVICE)
+    out = SPEC.kernel(q, k_cache, v_cache, pos)
+    k_cache[:, 21:] = float("nan")  # garbage beyond the current length must not leak in
+    v_cache[:, 21:] = float("nan")
+    torch.testing.assert_close(SPEC.kernel(q, k_cache, v_cache, pos), out, atol=0, rtol=0)

@@ -1,0 +1,19 @@
+"""rmsnorm_swiglu against reference.rmsnorm_swiglu."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llamafast.kernels import REGISTRY
+
+from .common import DEVICE, DTYPES, SHAPES, tolerance
+
+SPEC = REGISTRY["rmsnorm_swiglu"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config", SHAPES)
+def test_matches_reference(config, dtype):
+    args = SPEC.make_inputs(config, dtype, DEVICE, 1)
+    torch.testing.assert_close(SPEC.kernel(*args), SPEC.reference(*args), **tolerance(dtype))
