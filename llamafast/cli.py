@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import torch
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 
@@ -263,7 +264,7 @@ def _bench_kernels(shape: str, dev, dtype: DType, context: int, json_out: bool, 
                      f"triton {env['triton']}; copy bandwidth {copy_bw:.0f} GB/s")
     table = Table("kernel", "MB", "µs", "GB/s", "% copy BW", "reference µs", "speedup")
     for r in rows:
-        table.add_row(r.name, f"{r.bytes / 1e6:.1f}", f"{r.us:.1f}", f"{r.gb_s:.0f}",
+        table.add_row(escape(r.name), f"{r.bytes / 1e6:.1f}", f"{r.us:.1f}", f"{r.gb_s:.0f}",
                       f"{100 * r.fraction_of_copy_bw:.1f}", f"{r.reference_us:.1f}", f"{r.speedup:.2f}x")
     total = sum(r.us for r in rows)
     table.add_row("total (one of each)", f"{sum(r.bytes for r in rows) / 1e6:.1f}", f"{total:.1f}",

@@ -27,7 +27,7 @@ class Engine:
         """max_seq_len: positions the KV cache holds (prompt plus new tokens); at most the model's context."""
         if model.cache_len != max_seq_len:
             model.setup_cache(max_seq_len)
-        device = model.kv_cache.device
+        device = model.tok_embeddings.weight.device
         self.model, self.sampling, self.mode = model, sampling, mode
         self.token = torch.zeros(1, dtype=torch.long, device=device)  # (1,) last sampled token
         self.pos = torch.zeros((), dtype=torch.long, device=device)  # position of self.token
