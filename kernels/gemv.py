@@ -44,10 +44,11 @@ def pdl_prologue(USE_PDL: tl.constexpr):
 
 @triton.jit
 def dot_rows(
-    w_ptr, w2_ptr, x_ptr, g_ptr,  # weights (N, K) (w2 read only when PAIR); activation (K,); RMSNorm weight (K,)
+    w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr,  # weights (N, K), w2 read only when PAIR; their E4M3 row scales
     rows, row_mask, K, stride_wn,  # (BLOCK_N,) row indices and mask; reduction length; weights' row stride
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr,  # fuse RMSNorm; also W2[rows] @ x; K % BLOCK_K == 0
+    W_FP8: tl.constexpr,  # 0: float weights; 1: E5M2 bit patterns in int8; 2: E4M3 in int8 with fp32 row scales
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # reduced once, after the loop
@@ -60,10 +61,15 @@ def dot_rows(
         if NORM:
             ss += x * x
             x = x * _load_vector(g_ptr, k, K, EVEN_K)
-        acc += _load_tile(w_ptr + offs, k, K, row_mask, EVEN_K) * x[None, :]
+        acc += _load_tile(w_ptr + offs, k, K, row_mask, EVEN_K, W_FP8) * x[None, :]
         if PAIR:
-            acc2 += _load_tile(w2_ptr + offs, k, K, row_mask, EVEN_K) * x[None, :]
-    return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
+            acc2 += _load_tile(w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8) * x[None, :]
+    out, out2 = tl.sum(acc, axis=1), tl.sum(acc2, axis=1)
+    if W_FP8 == 2:  # the scale is per row, so it is applied once to the finished sums
+        out = out * tl.load(s_ptr + rows, mask=row_mask, other=0.0)
+        if PAIR:
+            out2 = out2 * tl.load(s2_ptr + rows, mask=row_mask, other=0.0)
+    return out, out2, tl.sum(ss, axis=0)
 
 
 @triton.jit
@@ -75,13 +81,18 @@ def _load_vector(ptr, k, K, EVEN_K: tl.constexpr):
 
 
 @triton.jit
-def _load_tile(row_ptrs, k, K, row_mask, EVEN_K: tl.constexpr):
-    """A (BLOCK_N, BLOCK_K) weight tile, read once: stream it past the cache."""
+def _load_tile(row_ptrs, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8: tl.constexpr):
+    """A (BLOCK_N, BLOCK_K) weight tile in fp32, read once: stream it past the cache. FP8 weights arrive as
+    int8 and are bitcast and upcast in registers."""
     if EVEN_K:  # no mask along K, so the loads stay 16 bytes wide
-        w = tl.load(row_ptrs + k[None, :], mask=row_mask[:, None], other=0.0, eviction_policy="evict_first")
+        w = tl.load(row_ptrs + k[None, :], mask=row_mask[:, None], other=0, eviction_policy="evict_first")
     else:
         mask = row_mask[:, None] & (k < K)[None, :]
-        w = tl.load(row_ptrs + k[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
+        w = tl.load(row_ptrs + k[None, :], mask=mask, other=0, eviction_policy="evict_first")
+    if W_FP8 == 1:
+        w = w.to(tl.float8e5, bitcast=True)
+    elif W_FP8 == 2:
+        w = w.to(tl.float8e4nv, bitcast=True)
     return w.to(tl.float32)
 
 
@@ -93,10 +104,11 @@ class GemvConfig:
     num_stages: int = 1
 
 
-def gemv_config(table: dict[tuple[int, int], GemvConfig], n: int, k: int) -> GemvConfig:
-    """The tuned launch for an (N, K) shape, else a default that keeps every SM busy with a few waves."""
-    if (n, k) in table:
-        return table[(n, k)]
+def gemv_config(table: dict[tuple[int, int, int], GemvConfig], w: torch.Tensor) -> GemvConfig:
+    """The tuned launch for a weight's (N, K, bytes per element), else a default that keeps every SM busy."""
+    n, k = w.shape
+    if (n, k, w.element_size()) in table:
+        return table[(n, k, w.element_size())]
     if INTERPRET:  # numpy runs one program at a time: few large programs are fastest
         return GemvConfig(min(64, triton.next_power_of_2(n)), min(256, triton.next_power_of_2(k)), num_warps=4)
     # The shape of the 7B winners (scripts/results/tune_7b.txt): 1024-wide K tiles; 2 rows and one warp per
@@ -105,13 +117,25 @@ def gemv_config(table: dict[tuple[int, int], GemvConfig], n: int, k: int) -> Gem
     return GemvConfig(8, block_k, 4) if n >= 8192 else GemvConfig(2, block_k, 1)
 
 
-def launch_args(cfg: GemvConfig, k: int, device: torch.device, block_n: int | None = None) -> dict:
-    """The meta-parameters and launch options every GEMV kernel takes."""
-    pdl = use_pdl(device)
+def launch_args(cfg: GemvConfig, w: torch.Tensor, scale: torch.Tensor | None, block_n: int | None = None) -> dict:
+    """The meta-parameters and launch options every GEMV kernel takes, for weight w (and its E4M3 scale)."""
+    pdl = use_pdl(w.device)
     return {
-        "BLOCK_N": block_n or cfg.block_n, "BLOCK_K": cfg.block_k, "EVEN_K": k % cfg.block_k == 0, "USE_PDL": pdl,
+        "BLOCK_N": block_n or cfg.block_n, "BLOCK_K": cfg.block_k, "EVEN_K": w.shape[1] % cfg.block_k == 0,
+        "W_FP8": fp8_code(w, scale), "USE_PDL": pdl,
         "num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "launch_pdl": pdl,
     }
+
+
+def fp8_code(w: torch.Tensor, scale: torch.Tensor | None) -> int:
+    """W_FP8 for a weight: 0 float, 1 E5M2 (int8 without scale), 2 E4M3 (int8 with per-row fp32 scales)."""
+    if w.dtype != torch.int8:
+        assert scale is None, "a float weight has no scale"
+        return 0
+    if scale is None:
+        return 1
+    assert scale.dtype == torch.float32 and scale.shape == (w.shape[0],), "E4M3 scales: (N,) fp32"
+    return 2
 
 
 def check_vector(name: str, t: torch.Tensor, n: int) -> None:

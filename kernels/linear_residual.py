@@ -14,35 +14,41 @@ import triton.language as tl
 from .gemv import GemvConfig, check_vector, check_weight, dot_rows, gemv_config, launch_args, pdl_prologue
 
 # (N, K) -> launch; see scripts/results/tune_*.txt for the sweep that chose them.
-CONFIGS: dict[tuple[int, int], GemvConfig] = {
-    # H100, bf16 (scripts/results/tune_7b.txt): wo 13.8 us = 2438 GB/s, w2 33.8 us = 2668 GB/s.
-    (4096, 4096): GemvConfig(block_n=2, block_k=1024, num_warps=1),
-    (4096, 11008): GemvConfig(block_n=2, block_k=1024, num_warps=1),
+# (N, K, bytes per weight) -> launch. H100 (scripts/results/tune_7b.txt): wo 13.8 us = 2438 GB/s,
+# w2 33.8 us = 2668 GB/s in bf16.
+CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
+    (4096, 4096, 2): GemvConfig(block_n=2, block_k=1024, num_warps=1),
+    (4096, 11008, 2): GemvConfig(block_n=2, block_k=1024, num_warps=1),
 }
 
 
 @triton.jit
 def _linear_residual_kernel(
-    x_ptr, w_ptr, res_ptr, out_ptr,  # x (K,), W (N, K), residual (N,), out (N,)
+    x_ptr, w_ptr, s_ptr, res_ptr, out_ptr,  # x (K,), W (N, K), E4M3 scales (N,), residual (N,), out (N,)
     N, K, stride_wn,  # sizes; W's row stride
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, USE_PDL: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     pdl_prologue(USE_PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
-    acc, _, _ = dot_rows(w_ptr, w_ptr, x_ptr, x_ptr, rows, mask, K, stride_wn, BLOCK_N, BLOCK_K, False, False, EVEN_K)
+    acc, _, _ = dot_rows(
+        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, x_ptr, rows, mask, K, stride_wn, BLOCK_N, BLOCK_K, False, False, EVEN_K, W_FP8
+    )
     res = tl.load(res_ptr + rows, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + rows, (res + acc).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def linear_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """x (1, K), w (N, K), residual (1, N) -> (1, N) = residual + x @ w.T, in x's dtype."""
+def linear_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, w_scale: torch.Tensor | None = None):
+    """x (1, K), w (N, K) float or FP8, residual (1, N) -> (1, N) = residual + x @ w.T, in x's dtype."""
     n, k = w.shape
     check_vector("x", x, k)
     check_vector("residual", residual, n)
     check_weight("w", w, k)
     out = torch.empty_like(residual)
-    cfg = gemv_config(CONFIGS, n, k)
+    cfg = gemv_config(CONFIGS, w)
     grid = (triton.cdiv(n, cfg.block_n),)
-    _linear_residual_kernel[grid](x, w, residual, out, n, k, w.stride(0), **launch_args(cfg, k, x.device))
+    _linear_residual_kernel[grid](
+        x, w, w if w_scale is None else w_scale, residual, out, n, k, w.stride(0), **launch_args(cfg, w, w_scale)
+    )
     return out

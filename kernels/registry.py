@@ -2,6 +2,8 @@
 
 Tests and `llamafast bench --kernels` both take their inputs from here, so the benchmark times exactly
 what the tests check. Inputs are random (never zeros) and the position is the last of `context` tokens.
+With fp8 set, the weights are quantized (llamafast.quant) and their scales passed as keyword arguments;
+the reference then dequantizes the very same weights.
 Legend: C dim, N rows, H heads, KVH kv heads, D head_dim, F hidden, V vocab, L context.
 """
 
@@ -15,6 +17,7 @@ import torch
 from llamafast import reference
 from llamafast.config import ModelConfig
 from llamafast.model import rope_tables
+from llamafast.quant import FP8Format, quantize
 
 from .decode_attention import decode_attention
 from .linear_residual import linear_residual
@@ -22,70 +25,85 @@ from .rmsnorm_lm_head import rmsnorm_lm_head
 from .rmsnorm_qkv_rope import rmsnorm_qkv_rope
 from .rmsnorm_swiglu import rmsnorm_swiglu
 
+Inputs = tuple[tuple, dict]  # positional arguments, keyword arguments (FP8 scales)
+
 
 @dataclass(frozen=True)
 class KernelSpec:
     name: str
     kernel: Callable
     reference: Callable
-    make_inputs: Callable[[ModelConfig, torch.dtype, torch.device, int], tuple]  # (config, dtype, device, L)
-    bytes_moved: Callable[[ModelConfig, torch.dtype, int], int]  # fewest bytes one call must read and write
+    # (config, dtype, device, context L, fp8 format or None) -> (args, kwargs)
+    make_inputs: Callable[[ModelConfig, torch.dtype, torch.device, int, FP8Format | None], Inputs]
+    # (config, dtype, context, fp8) -> the fewest bytes one call must read and write
+    bytes_moved: Callable[[ModelConfig, torch.dtype, int, FP8Format | None], int]
 
 
 def _rand(*shape, dtype, device, scale=1.0):
     return (torch.randn(shape, device=device, dtype=torch.float32) * scale).to(dtype)
 
 
-def _weight(n, k, dtype, device):
-    return _rand(n, k, dtype=dtype, device=device, scale=k**-0.5)
+def _weight(n, k, dtype, device, fp8):
+    """(weight, E4M3 scale or None): float, or FP8 bit patterns in int8."""
+    w = _rand(n, k, dtype=dtype, device=device, scale=k**-0.5)
+    if fp8 is None:
+        return w, None
+    q, scale, _ = quantize(w, fp8)
+    return q, scale
+
+
+def _norm_inputs(c: ModelConfig, dtype, device):
+    return _rand(1, c.dim, dtype=dtype, device=device), _rand(c.dim, dtype=dtype, device=device, scale=0.2) + 1
 
 
 def _cache(c: ModelConfig, dtype, device, context: int):
     return _rand(c.n_kv_heads, context, c.head_dim, dtype=dtype, device=device)
 
 
-def _qkv_inputs(c: ModelConfig, dtype, device, context):
+def _qkv_inputs(c: ModelConfig, dtype, device, context, fp8=None):
     cos, sin = rope_tables(c.head_dim, context, c.rope_theta, device)
     pos = torch.tensor(context - 1, device=device)
-    x, g = _rand(1, c.dim, dtype=dtype, device=device), _rand(c.dim, dtype=dtype, device=device, scale=0.2) + 1
-    w = _weight(c.qkv_dim, c.dim, dtype, device)
-    return x, g, w, cos, sin, pos, _cache(c, dtype, device, context), _cache(c, dtype, device, context), c.norm_eps
+    w, s = _weight(c.qkv_dim, c.dim, dtype, device, fp8)
+    caches = _cache(c, dtype, device, context), _cache(c, dtype, device, context)
+    return (*_norm_inputs(c, dtype, device), w, cos, sin, pos, *caches, c.norm_eps), {"wqkv_scale": s}
 
 
-def _attention_inputs(c: ModelConfig, dtype, device, context):
+def _attention_inputs(c: ModelConfig, dtype, device, context, fp8=None):
     q = _rand(1, c.n_heads, c.head_dim, dtype=dtype, device=device)
     pos = torch.tensor(context - 1, device=device)
-    return q, _cache(c, dtype, device, context), _cache(c, dtype, device, context), pos
+    return (q, _cache(c, dtype, device, context), _cache(c, dtype, device, context), pos), {}
 
 
 def _residual_inputs(n_in: Callable[[ModelConfig], int]):
-    def make(c: ModelConfig, dtype, device, context):
+    def make(c: ModelConfig, dtype, device, context, fp8=None):
         k = n_in(c)
         x, res = _rand(1, k, dtype=dtype, device=device), _rand(1, c.dim, dtype=dtype, device=device)
-        return x, _weight(c.dim, k, dtype, device), res
+        w, s = _weight(c.dim, k, dtype, device, fp8)
+        return (x, w, res), {"w_scale": s}
 
     return make
 
 
-def _swiglu_inputs(c: ModelConfig, dtype, device, context):
-    x, g = _rand(1, c.dim, dtype=dtype, device=device), _rand(c.dim, dtype=dtype, device=device, scale=0.2) + 1
-    return x, g, _weight(c.hidden_dim, c.dim, dtype, device), _weight(c.hidden_dim, c.dim, dtype, device), c.norm_eps
+def _swiglu_inputs(c: ModelConfig, dtype, device, context, fp8=None):
+    (w1, s1), (w3, s3) = (_weight(c.hidden_dim, c.dim, dtype, device, fp8) for _ in range(2))
+    return (*_norm_inputs(c, dtype, device), w1, w3, c.norm_eps), {"w1_scale": s1, "w3_scale": s3}
 
 
-def _lm_head_inputs(c: ModelConfig, dtype, device, context):
-    x, g = _rand(1, c.dim, dtype=dtype, device=device), _rand(c.dim, dtype=dtype, device=device, scale=0.2) + 1
-    return x, g, _weight(c.vocab_size, c.dim, dtype, device), c.norm_eps
+def _lm_head_inputs(c: ModelConfig, dtype, device, context, fp8=None):
+    w, s = _weight(c.vocab_size, c.dim, dtype, device, fp8)
+    return (*_norm_inputs(c, dtype, device), w, c.norm_eps), {"w_scale": s}
 
 
 def _gemv_bytes(n: Callable[[ModelConfig], int], k: Callable[[ModelConfig], int], out_bytes: int = 0):
-    def count(c: ModelConfig, dtype, context):
+    def count(c: ModelConfig, dtype, context, fp8=None):
         s = dtype.itemsize
-        return n(c) * k(c) * s + k(c) * s + n(c) * (out_bytes or s)
+        weights = n(c) * k(c) * (1 if fp8 else s) + (4 * n(c) if fp8 == FP8Format.e4m3 else 0)
+        return weights + k(c) * s + n(c) * (out_bytes or s)
 
     return count
 
 
-def _attention_bytes(c: ModelConfig, dtype, context):
+def _attention_bytes(c: ModelConfig, dtype, context, fp8=None):
     return 2 * c.kv_dim * context * dtype.itemsize + 2 * c.dim * dtype.itemsize
 
 

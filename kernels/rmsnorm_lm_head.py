@@ -12,32 +12,37 @@ import triton.language as tl
 
 from .gemv import GemvConfig, check_vector, check_weight, dot_rows, gemv_config, launch_args, pdl_prologue
 
-# (V, C) -> launch. H100, bf16 (scripts/results/tune_7b.txt): 88.4 us = 2966 GB/s at 7B.
-CONFIGS: dict[tuple[int, int], GemvConfig] = {(32000, 4096): GemvConfig(block_n=8, block_k=1024, num_warps=8)}
+# (V, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b.txt): 88.4 us = 2966 GB/s at 7B in bf16.
+CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
+    (32000, 4096, 2): GemvConfig(block_n=8, block_k=1024, num_warps=8),
+}
 
 
 @triton.jit
 def _rmsnorm_lm_head_kernel(
-    x_ptr, g_ptr, w_ptr, out_ptr,  # x (C,), g (C,), W (V, C), logits (V,) fp32
+    x_ptr, g_ptr, w_ptr, s_ptr, out_ptr,  # x (C,), g (C,), W (V, C), E4M3 scales (V,), logits (V,) fp32
     V, C, stride_wn, eps,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, USE_PDL: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     pdl_prologue(USE_PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < V
-    acc, _, ss = dot_rows(w_ptr, w_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K)
+    acc, _, ss = dot_rows(
+        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8
+    )
     tl.store(out_ptr + rows, acc * tl.rsqrt(ss / C + eps), mask=mask)
 
 
-def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float, w_scale=None):
     """Same contract as llamafast.reference.rmsnorm_lm_head for one token: x (1, C) -> logits (1, V) fp32."""
     v, c = w.shape
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
     check_weight("w", w, c)
     out = torch.empty((1, v), device=x.device, dtype=torch.float32)
-    cfg = gemv_config(CONFIGS, v, c)
+    cfg = gemv_config(CONFIGS, w)
     _rmsnorm_lm_head_kernel[(triton.cdiv(v, cfg.block_n),)](
-        x, norm_w, w, out, v, c, w.stride(0), eps, **launch_args(cfg, c, x.device)
+        x, norm_w, w, w if w_scale is None else w_scale, out, v, c, w.stride(0), eps, **launch_args(cfg, w, w_scale)
     )
     return out

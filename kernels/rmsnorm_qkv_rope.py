@@ -19,21 +19,26 @@ import triton.language as tl
 
 from .gemv import GemvConfig, check_vector, check_weight, dot_rows, gemv_config, launch_args, pdl_prologue
 
-# (N, C) -> launch. H100, bf16 (scripts/results/tune_7b.txt): 36.7 us = 2741 GB/s at 7B.
-CONFIGS: dict[tuple[int, int], GemvConfig] = {(12288, 4096): GemvConfig(block_n=8, block_k=1024, num_warps=4)}
+# (N, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b.txt): 36.7 us = 2741 GB/s at 7B in bf16.
+CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
+    (12288, 4096, 2): GemvConfig(block_n=8, block_k=1024, num_warps=4),
+}
 
 
 @triton.jit
 def _rmsnorm_qkv_rope_kernel(
-    x_ptr, g_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr,  # x (C,), g (C,), Wqkv (N, C), tables (Smax, D/2), pos ()
+    x_ptr, g_ptr, w_ptr, s_ptr, cos_ptr, sin_ptr, pos_ptr,  # x, g (C,); Wqkv (N, C), its E4M3 scales (N,); tables (Smax, D/2); pos ()
     q_ptr, k_cache_ptr, v_cache_ptr,  # q out (H*D,); caches (KVH, Smax, D)
     N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps,  # N = QD + 2*KVD rows; cache strides (head, seq)
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, USE_PDL: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     pdl_prologue(USE_PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
-    acc, _, ss = dot_rows(w_ptr, w_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K)
+    acc, _, ss = dot_rows(
+        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8
+    )
     acc = acc * tl.rsqrt(ss / C + eps)
     # RoPE on (even, odd) row pairs of q and k; v rows pass through.
     pos = tl.load(pos_ptr)
@@ -52,7 +57,7 @@ def _rmsnorm_qkv_rope_kernel(
     tl.store(v_cache_ptr + offs, out.to(v_cache_ptr.dtype.element_ty), mask=(rows >= QD + KVD) & mask)
 
 
-def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps):
+def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv_scale=None):
     """Same contract as llamafast.reference.rmsnorm_qkv_rope, for one token: x (1, C) -> q (1, H, D)."""
     n, c = wqkv.shape
     kvh, smax, d = k_cache.shape
@@ -63,11 +68,11 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps):
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "k and v caches: same layout, D contiguous"
     assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
     q = torch.empty((1, qd // d, d), device=x.device, dtype=x.dtype)
-    cfg = gemv_config(CONFIGS, n, c)
+    cfg = gemv_config(CONFIGS, wqkv)
     block_n = max(2, cfg.block_n)  # even, so both rows of a RoPE pair are in one program
     _rmsnorm_qkv_rope_kernel[(triton.cdiv(n, block_n),)](
-        x, norm_w, wqkv, cos, sin, pos, q, k_cache, v_cache,
+        x, norm_w, wqkv, wqkv if wqkv_scale is None else wqkv_scale, cos, sin, pos, q, k_cache, v_cache,
         n, c, qd, kvh * d, wqkv.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
-        HEAD_DIM=d, **launch_args(cfg, c, x.device, block_n),
+        HEAD_DIM=d, **launch_args(cfg, wqkv, wqkv_scale, block_n),
     )
     return q

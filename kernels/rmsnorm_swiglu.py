@@ -15,36 +15,43 @@ import triton.language as tl
 
 from .gemv import GemvConfig, check_vector, check_weight, dot_rows, gemv_config, launch_args, pdl_prologue
 
-# (F, C) -> launch. H100, bf16 (scripts/results/tune_7b.txt): 64.8 us = 2785 GB/s at 7B.
-CONFIGS: dict[tuple[int, int], GemvConfig] = {(11008, 4096): GemvConfig(block_n=8, block_k=512, num_warps=4)}
+# (F, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b.txt): 64.8 us = 2785 GB/s at 7B in bf16.
+CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
+    (11008, 4096, 2): GemvConfig(block_n=8, block_k=512, num_warps=4),
+}
 
 
 @triton.jit
 def _rmsnorm_swiglu_kernel(
-    x_ptr, g_ptr, w1_ptr, w3_ptr, out_ptr,  # x (C,), g (C,), W1 and W3 (F, C), out (F,)
+    x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr,  # x, g (C,); W1, W3 (F, C); E4M3 scales (F,); out (F,)
     F, C, stride_wn, eps,  # sizes; W1/W3 row stride
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, USE_PDL: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     pdl_prologue(USE_PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < F
-    gate, up, ss = dot_rows(w1_ptr, w3_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, True, EVEN_K)
+    gate, up, ss = dot_rows(
+        w1_ptr, w3_ptr, s1_ptr, s3_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, True, EVEN_K, W_FP8
+    )
     rstd = tl.rsqrt(ss / C + eps)
     a, b = gate * rstd, up * rstd
     tl.store(out_ptr + rows, (a * tl.sigmoid(a) * b).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def rmsnorm_swiglu(x: torch.Tensor, norm_w: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, eps: float):
+def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None):
     """Same contract as llamafast.reference.rmsnorm_swiglu for one token: x (1, C) -> (1, F)."""
     f, c = w1.shape
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
     check_weight("w1", w1, c)
     check_weight("w3", w3, c)
-    assert w1.shape == w3.shape and w1.stride() == w3.stride(), "w1 and w3: same shape and layout"
+    assert w1.shape == w3.shape and w1.stride() == w3.stride() and w1.dtype == w3.dtype, "w1, w3: same shape, layout"
+    assert (w1_scale is None) == (w3_scale is None), "w1 and w3: the same weight format"
     out = torch.empty((1, f), device=x.device, dtype=x.dtype)
-    cfg = gemv_config(CONFIGS, f, c)
+    cfg = gemv_config(CONFIGS, w1)
     _rmsnorm_swiglu_kernel[(triton.cdiv(f, cfg.block_n),)](
-        x, norm_w, w1, w3, out, f, c, w1.stride(0), eps, **launch_args(cfg, c, x.device)
+        x, norm_w, w1, w3, w1 if w1_scale is None else w1_scale, w3 if w3_scale is None else w3_scale, out,
+        f, c, w1.stride(0), eps, **launch_args(cfg, w1, w1_scale)
     )
     return out

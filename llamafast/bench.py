@@ -22,6 +22,7 @@ from llamafast.load import DECODE_MODES, LoadedModel, with_backend
 @dataclass
 class BackendResult:
     backend: str
+    weights: str  # "bfloat16", "fp8_e5m2", ...
     startup_s: float  # first (warm-up) generation: compilation, graph capture, autotuning
     ttft_ms: float  # prompt in, first new token on the host
     prefill_tokens_per_s: float
@@ -112,11 +113,14 @@ def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_toke
     gb_s = per_token * tps / 1e9
     peak = torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None
     return BackendResult(
-        backend.value, startup, ttft * 1e3, len(prompt) / ttft, n, tps, 1e3 / tps, per_token, gb_s, 0.0, peak
+        backend.value, lm.weights, startup, ttft * 1e3, len(prompt) / ttft, n, tps, 1e3 / tps, per_token, gb_s, 0.0,
+        peak,
     )
 
 
-def run_bench(lm: LoadedModel, backends: list[Backend], prompt_len: int, new_tokens: int) -> BenchReport:
+def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: int, new_tokens: int) -> BenchReport:
+    """Every backend on every model (the same weights in other formats), in this order, in this process."""
+    lm = models[0]
     device = lm.model.tok_embeddings.weight.device
     params = sum(p.numel() for p in {p.data_ptr(): p for p in lm.model.parameters()}.values())
     gen = torch.Generator().manual_seed(0)
@@ -126,8 +130,9 @@ def run_bench(lm: LoadedModel, backends: list[Backend], prompt_len: int, new_tok
         lm.source, lm.format, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), params,
         prompt_len, new_tokens, lm.load_s, copy_bandwidth(device), environment(device),
     )
-    for backend in backends:
-        result = bench_backend(lm, backend, prompt, new_tokens)
-        result.fraction_of_copy_bw = result.achieved_gb_s / report.copy_bw_gb_s
-        report.results.append(result)
+    for model in models:
+        for backend in backends:
+            result = bench_backend(model, backend, prompt, new_tokens)
+            result.fraction_of_copy_bw = result.achieved_gb_s / report.copy_bw_gb_s
+            report.results.append(result)
     return report

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from llamafast.config import ModelConfig
+from llamafast.quant import FP8Format
 
 L2_FLUSH_BYTES = 256 << 20  # input sets per timing cover at least this much: 5x the H100's L2
 
@@ -32,15 +33,15 @@ class KernelResult:
         return asdict(self)
 
 
-def time_in_graph(fn: Callable, arg_sets: list[tuple], replays: int = 20) -> float:
-    """Median microseconds per call of fn over arg_sets, called back to back inside one CUDA graph."""
-    for args in arg_sets:  # compile and warm up outside the capture
-        fn(*args)
+def time_in_graph(fn: Callable, input_sets: list[tuple[tuple, dict]], replays: int = 20) -> float:
+    """Median microseconds per call of fn over (args, kwargs) sets, called back to back inside one CUDA graph."""
+    for args, kwargs in input_sets:  # compile and warm up outside the capture
+        fn(*args, **kwargs)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for args in arg_sets:
-            fn(*args)
+        for args, kwargs in input_sets:
+            fn(*args, **kwargs)
     graph.replay()
     times = []
     for _ in range(replays):
@@ -49,27 +50,25 @@ def time_in_graph(fn: Callable, arg_sets: list[tuple], replays: int = 20) -> flo
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(arg_sets))
+        times.append(start.elapsed_time(end) * 1e3 / len(input_sets))
     times.sort()
     return times[len(times) // 2]
 
 
-def input_sets(make: Callable[[], tuple], nbytes: int) -> list[tuple]:
+def input_sets(make: Callable[[], tuple[tuple, dict]], nbytes: int) -> list[tuple[tuple, dict]]:
     return [make() for _ in range(max(1, math.ceil(L2_FLUSH_BYTES / nbytes)))]
 
 
 def bench_kernels(
-    config: ModelConfig, dtype: torch.dtype, context: int, copy_bw_gb_s: float, names: list[str] | None = None
+    config: ModelConfig, dtype: torch.dtype, context: int, copy_bw_gb_s: float, fp8: FP8Format | None = None
 ) -> list[KernelResult]:
     from llamafast.kernels import REGISTRY
 
     device = torch.device("cuda")
     results = []
     for name, spec in REGISTRY.items():
-        if names and name not in names:
-            continue
-        nbytes = spec.bytes_moved(config, dtype, context)
-        sets = input_sets(lambda: spec.make_inputs(config, dtype, device, context), nbytes)
+        nbytes = spec.bytes_moved(config, dtype, context, fp8)
+        sets = input_sets(lambda: spec.make_inputs(config, dtype, device, context, fp8), nbytes)
         us = time_in_graph(spec.kernel, sets)
         ref_us = time_in_graph(spec.reference, sets)
         gb_s = nbytes / us / 1e3

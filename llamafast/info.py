@@ -10,7 +10,7 @@ from llamafast.checkpoint import expected_shapes, open_checkpoint
 from llamafast.config import ModelConfig, model_config
 from llamafast.load import bundled_model
 from llamafast.tokenizer import Tokenizer
-from llamafast.weights import checkpoint_dtype, validate
+from llamafast.weights import checkpoint_dtype, validate, weight_format
 
 
 def _numel(shape) -> int:
@@ -20,17 +20,22 @@ def _numel(shape) -> int:
     return n
 
 
-def _summary(config: ModelConfig, shapes: dict[str, tuple[int, ...]], dtype: torch.dtype) -> dict:
-    tied = "output.weight" not in shapes
-    params = sum(_numel(s) for s in shapes.values())
-    read = params - (0 if tied else config.vocab_size * config.dim) + config.dim  # embedding: one row
-    kv_per_position = 2 * config.n_layers * config.kv_dim * dtype.itemsize
+def _summary(config: ModelConfig, tensors: dict[str, tuple[tuple[int, ...], torch.dtype]], weights: str) -> dict:
+    """tensors: name -> (shape, dtype), as stored (FP8 weights are int8, 1 byte each)."""
+    tied = "output.weight" not in tensors
+    emb_shape, act_dtype = tensors["tok_embeddings.weight"]
+    params = sum(_numel(shape) for name, (shape, _) in tensors.items() if not name.endswith(".scale"))
+    stored = sum(_numel(shape) * dtype.itemsize for shape, dtype in tensors.values())
+    embedding = _numel(emb_shape) * act_dtype.itemsize
+    read = stored - (0 if tied else embedding - config.dim * act_dtype.itemsize)  # the table: one row per token
+    kv_per_position = 2 * config.n_layers * config.kv_dim * act_dtype.itemsize
     return {
         "config": {**config.to_dict(), "head_dim": config.head_dim},
         "parameters": params,
         "tied_embeddings": tied,
-        "dtype": str(dtype).removeprefix("torch."),
-        "weight_bytes_per_token": read * dtype.itemsize,
+        "dtype": str(act_dtype).removeprefix("torch."),
+        "weights": weights,
+        "weight_bytes_per_token": read,
         "kv_bytes_per_context_token": kv_per_position,
         "kv_bytes_at_full_context": kv_per_position * config.max_seq_len,
     }
@@ -39,8 +44,12 @@ def _summary(config: ModelConfig, shapes: dict[str, tuple[int, ...]], dtype: tor
 def describe_checkpoint(path: Path | None, tokenizer: Path | None = None) -> dict:
     ckpt = open_checkpoint(path or bundled_model(), tokenizer)
     validate(ckpt)
-    shapes = {name: ref.shape for name, ref in ckpt.tensors.items()}
-    out = {"path": str(ckpt.path), "format": ckpt.format, **_summary(ckpt.config, shapes, checkpoint_dtype(ckpt))}
+    tensors = {name: (ref.shape, ref.dtype) for name, ref in ckpt.tensors.items()}
+    fmt = weight_format(ckpt)
+    weights = str(checkpoint_dtype(ckpt)).removeprefix("torch.") if fmt == "native" else fmt
+    out = {"path": str(ckpt.path), "format": ckpt.format, **_summary(ckpt.config, tensors, weights)}
+    if ckpt.metadata:
+        out["metadata"] = {k: v for k, v in ckpt.metadata.items() if k != "config"}
     if ckpt.tokenizer is not None:
         tok = Tokenizer(ckpt.tokenizer)
         out["tokenizer"] = {"path": str(ckpt.tokenizer), "vocab": tok.vocab_size, "bos": tok.bos_id, "eos": tok.eos_id}
@@ -49,4 +58,5 @@ def describe_checkpoint(path: Path | None, tokenizer: Path | None = None) -> dic
 
 def describe_shape(name: str) -> dict:
     config = model_config(name)
-    return {"shape": name, **_summary(config, expected_shapes(config), torch.bfloat16)}
+    tensors = {n: (shape, torch.bfloat16) for n, shape in expected_shapes(config).items()}
+    return {"shape": name, **_summary(config, tensors, "bfloat16")}

@@ -15,7 +15,8 @@ from llamafast.config import Backend, DType, ModelConfig, model_config
 from llamafast.errors import LlamafastError
 from llamafast.model import REFERENCE_OPS, Ops, Transformer, build
 from llamafast.tokenizer import Tokenizer
-from llamafast.weights import Progress, checkpoint_dtype, load_state, random_state
+from llamafast.quant import FP8Format
+from llamafast.weights import Progress, checkpoint_dtype, load_state, quantize_state, random_state, weight_format
 
 _DTYPES = {DType.float32: torch.float32, DType.bfloat16: torch.bfloat16, DType.float16: torch.float16}
 # How Engine runs a decode step for each backend.
@@ -35,6 +36,7 @@ class LoadedModel:
     format: str  # checkpoint format, or "random"
     source: str  # path, or the shape name
     load_s: float
+    weights: str = ""  # "bfloat16", "float16", "float32", "fp8_e5m2" or "fp8_e4m3"
 
 
 def resolve_device(name: str | None) -> torch.device:
@@ -73,36 +75,64 @@ def load_model(
     dtype: DType = DType.auto,
     backend: Backend | None = None,
     progress: Progress | None = None,
+    fp8: FP8Format | None = None,
 ) -> LoadedModel:
-    """Opens and validates the checkpoint, then streams its tensors to the device into a model built on meta."""
+    """Opens and validates the checkpoint, then streams its tensors to the device into a model built on meta.
+    fp8 quantizes a float checkpoint's linear weights as they load; FP8 checkpoints are detected by themselves."""
     t0 = time.perf_counter()
     device = device or resolve_device(None)
     ckpt = open_checkpoint(path or bundled_model(), tokenizer)
     tok = _tokenizer(ckpt)
     torch_dtype = resolve_dtype(dtype, device, checkpoint_dtype(ckpt))
-    state = load_state(ckpt, device, torch_dtype, progress)
+    state = load_state(ckpt, device, torch_dtype, progress, fp8)
     backend = resolve_backend(backend, device)
     model = _build(ckpt.config, state, backend)
     _sync(device)
-    return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0)
+    weights = f"fp8_{fp8.value}" if fp8 else weight_format(ckpt)
+    weights = _dtype_name(torch_dtype) if weights == "native" else weights
+    return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0, weights)
 
 
 def random_model(
-    shape: str, device: torch.device, dtype: DType = DType.bfloat16, backend: Backend | None = None, seed: int = 0
+    shape: str,
+    device: torch.device,
+    dtype: DType = DType.bfloat16,
+    backend: Backend | None = None,
+    seed: int = 0,
+    fp8: FP8Format | None = None,
 ) -> LoadedModel:
     """Random weights of a known shape, created directly on the device: speed work without a checkpoint."""
     t0 = time.perf_counter()
     config = model_config(shape)
     torch_dtype = resolve_dtype(dtype, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     backend = resolve_backend(backend, device)
-    model = _build(config, random_state(config, device, torch_dtype, seed), backend)
+    state = random_state(config, device, torch_dtype, seed)
+    model = _build(config, quantize_state(state, fp8) if fp8 else state, backend)
     _sync(device)
-    return LoadedModel(model, None, backend, "random", shape, time.perf_counter() - t0)
+    weights = f"fp8_{fp8.value}" if fp8 else _dtype_name(torch_dtype)
+    return LoadedModel(model, None, backend, "random", shape, time.perf_counter() - t0, weights)
+
+
+def quantized(lm: LoadedModel, fp8: FP8Format) -> LoadedModel:
+    """The same model with FP8 linear weights quantized from lm's (lm is kept: bench runs both)."""
+    t0 = time.perf_counter()
+    model = _build(lm.model.config, quantize_state(lm.model.state_dict(), fp8), lm.backend)
+    _sync(lm.model.tok_embeddings.weight.device)
+    return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, f"fp8_{fp8.value}")
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _build(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backend) -> Transformer:
     if backend != Backend.triton:
         return build(config, state, REFERENCE_OPS)
+    device = state["tok_embeddings.weight"].device
+    e4m3 = any(name.endswith(".scale") for name in state)
+    if e4m3 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        name = torch.cuda.get_device_name(device)
+        raise LlamafastError(f"E4M3 weights need compute capability 8.9 or newer (Ada, Hopper); {name} lacks it")
     from llamafast import kernels  # imports Triton only when its backend is chosen
 
     ops = Ops(

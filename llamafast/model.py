@@ -45,7 +45,8 @@ def _weight(*shape: int) -> nn.Parameter:
 class _Linear(nn.Module):  # a named weight holder; the ops do the math
     def __init__(self, n_out: int, n_in: int):
         super().__init__()
-        self.weight = _weight(n_out, n_in)
+        self.weight = _weight(n_out, n_in)  # float, or int8 FP8 bit patterns (llamafast.quant)
+        self.register_parameter("scale", None)  # (n_out,) fp32 for E4M3 weights
 
 
 class _Norm(nn.Module):
@@ -79,12 +80,13 @@ class Block(nn.Module):
 
     def forward(self, x, pos, rope_cos, rope_sin, ops: Ops, eps: float):
         k_cache, v_cache = self.k_cache, self.v_cache  # (KVH, Smax, D) each, set up by Transformer.setup_cache
+        qkv, wo, ffn = self.attention.wqkv, self.attention.wo, self.feed_forward
         q = ops.rmsnorm_qkv_rope(
-            x, self.attention_norm.weight, self.attention.wqkv.weight, rope_cos, rope_sin, pos, k_cache, v_cache, eps
+            x, self.attention_norm.weight, qkv.weight, rope_cos, rope_sin, pos, k_cache, v_cache, eps, qkv.scale
         )  # (S, H, D); k and v went into the caches
-        h = ops.linear_residual(ops.attention(q, k_cache, v_cache, pos), self.attention.wo.weight, x)
-        f = ops.rmsnorm_swiglu(h, self.ffn_norm.weight, self.feed_forward.w1.weight, self.feed_forward.w3.weight, eps)
-        return ops.linear_residual(f, self.feed_forward.w2.weight, h)  # (S, C)
+        h = ops.linear_residual(ops.attention(q, k_cache, v_cache, pos), wo.weight, x, wo.scale)
+        f = ops.rmsnorm_swiglu(h, self.ffn_norm.weight, ffn.w1.weight, ffn.w3.weight, eps, ffn.w1.scale, ffn.w3.scale)
+        return ops.linear_residual(f, ffn.w2.weight, h, ffn.w2.scale)  # (S, C)
 
 
 class Transformer(nn.Module):
@@ -129,7 +131,7 @@ class Transformer(nn.Module):
             x = layer(x, pos, self.rope_cos, self.rope_sin, ops, eps)
         if not all_logits:
             x = x[-1:]
-        return ops.rmsnorm_lm_head(x, self.norm.weight, self.output.weight, eps)
+        return ops.rmsnorm_lm_head(x, self.norm.weight, self.output.weight, eps, self.output.scale)
 
     def weight_bytes_per_token(self) -> int:
         """Bytes one decode step reads from weights: every tensor once, the embedding table only one row."""
@@ -159,7 +161,11 @@ def build(config: ModelConfig, state: dict[str, torch.Tensor], ops: Ops = REFERE
     """The backend is chosen here, once: the ops bundle is fixed for the model's life."""
     with torch.device("meta"):
         model = Transformer(config, ops, prefill_ops)
+    state = dict(state)
+    scales = {name: state.pop(name) for name in [n for n in state if n.endswith(".scale")]}
     model.load_state_dict(state, assign=True, strict=True)
+    for name, scale in scales.items():  # E4M3 weights' per-row scales
+        model.get_submodule(name.removesuffix(".scale")).scale = nn.Parameter(scale, requires_grad=False)
     if model.output.weight.data_ptr() == model.tok_embeddings.weight.data_ptr():
         model.output.weight = model.tok_embeddings.weight  # tied: one tensor, counted once
     return model.eval()

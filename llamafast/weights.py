@@ -16,17 +16,29 @@ import torch
 from llamafast.checkpoint import LLAMAFAST_FORMAT_KEY, Checkpoint, expected_shapes
 from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
+from llamafast.quant import FP8Format, is_quantized_linear, quantize, scale_name
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
 _CONFIG_FILE = {"meta": "params.json", "hf": "config.json", "llama2c": "the .bin header", "llamafast": "its metadata"}
 
 
+def weight_format(ckpt: Checkpoint) -> str:
+    """"native" (float weights), or "fp8_e5m2" / "fp8_e4m3" as recorded in a llamafast checkpoint's metadata."""
+    return ckpt.metadata.get("weights", "native") if ckpt.format == "llamafast" else "native"
+
+
 def validate(ckpt: Checkpoint) -> None:
-    """Every tensor the config implies is there with the implied shape, and nothing else is."""
+    """Every tensor the config implies is there with the implied shape and a dtype its format allows,
+    and nothing else is."""
     expected = expected_shapes(ckpt.config, fused=ckpt.format == "llamafast")
+    fmt = weight_format(ckpt)
+    if fmt not in ("native", "fp8_e5m2", "fp8_e4m3"):
+        raise LlamafastError(f"{ckpt.path}: unknown weight format {fmt!r} in its metadata")
+    if fmt == "fp8_e4m3":  # each E4M3 weight has one fp32 scale per output row
+        expected.update({scale_name(n): s[:1] for n, s in list(expected.items()) if _is_int8(ckpt, n)})
     source = _CONFIG_FILE[ckpt.format]
-    missing = [n for n in expected if n not in ckpt.tensors and n != "output.weight"]  # no output: tied
+    missing = [n for n in expected if n not in ckpt.tensors and not n.startswith("output.")]  # no output: tied
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise LlamafastError(f"{ckpt.path}: tensor {missing[0]}{more} missing; {source} implies them")
@@ -38,8 +50,13 @@ def validate(ckpt: Checkpoint) -> None:
                 f"{ckpt.path}: {name} in {ref.origin} has shape {list(ref.shape)} "
                 f"but {source} implies {list(expected[name])}"
             )
-        if not ref.dtype.is_floating_point:
-            raise LlamafastError(f"{ckpt.path}: {name} has dtype {ref.dtype}, expected a floating-point type")
+        fp8_ok = fmt != "native" and is_quantized_linear(name) and ref.dtype == torch.int8
+        if not (ref.dtype.is_floating_point or fp8_ok):
+            raise LlamafastError(f"{ckpt.path}: {name} has dtype {ref.dtype}, which {fmt} weights do not allow")
+
+
+def _is_int8(ckpt: Checkpoint, name: str) -> bool:
+    return name in ckpt.tensors and ckpt.tensors[name].dtype == torch.int8
 
 
 def _sources(ckpt: Checkpoint) -> dict[str, list[str]]:
@@ -57,20 +74,43 @@ def checkpoint_dtype(ckpt: Checkpoint) -> torch.dtype:
     return ckpt.tensors["tok_embeddings.weight"].dtype
 
 
+def read_tensor(ckpt: Checkpoint, sources: list[str], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """One model tensor from its checkpoint tensors: float ones in `dtype`, FP8 bit patterns and scales as stored."""
+    parts = []
+    for name in sources:
+        t = ckpt.tensors[name].load()
+        keep = t.dtype == torch.int8 or name.endswith(".scale")
+        parts.append(t.to(device=device) if keep else t.to(device=device, dtype=dtype))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
 def load_state(
-    ckpt: Checkpoint, device: torch.device, dtype: torch.dtype, progress: Progress | None = None
+    ckpt: Checkpoint,
+    device: torch.device,
+    dtype: torch.dtype,
+    progress: Progress | None = None,
+    fp8: FP8Format | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Reads each tensor once from its memory map straight to `device` in `dtype`.
+    """Reads each tensor once from its memory map straight to `device` in `dtype`; with fp8, quantizes the
+    linear weights as they arrive (the in-memory twin of `llamafast convert-fp8`).
 
     A CPU tensor already in `dtype` stays a view of the mapped file, so the model holds no second copy.
     """
     validate(ckpt)
+    if fp8 is not None and weight_format(ckpt) != "native":
+        raise LlamafastError(f"{ckpt.path} already holds {weight_format(ckpt)} weights; drop --fp8")
     plan = _sources(ckpt)
+    if fp8 is not None and "output.weight" not in plan:  # tied: the LM head gets its own FP8 copy
+        plan["output.weight"] = ["tok_embeddings.weight"]
     total = sum(_nbytes(ckpt.tensors[s].shape, ckpt.tensors[s].dtype) for srcs in plan.values() for s in srcs)
     state, done = {}, 0
     for name, srcs in plan.items():
-        parts = [ckpt.tensors[s].load().to(device=device, dtype=dtype) for s in srcs]
-        state[name] = parts[0] if len(parts) == 1 else torch.cat(parts)
+        t = read_tensor(ckpt, srcs, device, dtype)
+        if fp8 is not None and is_quantized_linear(name):
+            t, scale, _ = quantize(t, fp8, name)
+            if scale is not None:
+                state[scale_name(name)] = scale
+        state[name] = t
         done += sum(_nbytes(ckpt.tensors[s].shape, ckpt.tensors[s].dtype) for s in srcs)
         if progress:
             progress(done, total)
@@ -90,6 +130,18 @@ def random_state(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
             t.normal_(0.0, shape[1] ** -0.5, generator=gen)
         state[name] = t
     return state
+
+
+def quantize_state(state: dict[str, torch.Tensor], fp8: FP8Format) -> dict[str, torch.Tensor]:
+    """A state dict with its linear weights (LM head included) quantized; the rest shared, not copied."""
+    out = {}
+    for name, t in state.items():
+        if is_quantized_linear(name) and t.dtype != torch.int8:
+            t, scale, _ = quantize(t, fp8, name)
+            if scale is not None:
+                out[scale_name(name)] = scale
+        out[name] = t
+    return out
 
 
 def _nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:

@@ -27,7 +27,7 @@ def main() -> None:
     for pdl in (True, False, True, False):
         gemv.ENABLE_PDL = pdl
         gemv.use_pdl.cache_clear()
-        r = run_bench(lm, [Backend.triton], args.prompt_len, args.new_tokens).results[0]
+        r = run_bench([lm], [Backend.triton], args.prompt_len, args.new_tokens).results[0]
         print(f"pdl={pdl!s:5} {r.decode_tokens_per_s:7.1f} tok/s {r.decode_ms_per_token:6.3f} ms/token "
               f"{r.achieved_gb_s:5.0f} GB/s ({100 * r.fraction_of_copy_bw:.1f}% of copy)")
 

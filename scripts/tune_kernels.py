@@ -21,6 +21,7 @@ from llamafast.kernels import REGISTRY, decode_attention, linear_residual, rmsno
 from llamafast.kernels import rmsnorm_swiglu
 from llamafast.kernels.decode_attention import AttentionConfig
 from llamafast.kernels.gemv import GemvConfig
+from llamafast.quant import FP8Format
 
 GEMV_MODULES = {
     "rmsnorm_qkv_rope": sys.modules[rmsnorm_qkv_rope.__module__],
@@ -31,27 +32,28 @@ GEMV_MODULES = {
 }
 
 
-def gemv_candidates(pair: bool) -> list[GemvConfig]:
+def gemv_candidates(pair: bool, fp8: bool) -> list[GemvConfig]:
     out = []
-    for bn, bk, w, st in itertools.product([2, 4, 8, 16, 32], [128, 256, 512, 1024], [1, 2, 4, 8], [1]):
+    block_ks = [256, 512, 1024, 2048] if fp8 else [128, 256, 512, 1024]
+    for bn, bk, w, st in itertools.product([2, 4, 8, 16, 32], block_ks, [1, 2, 4, 8], [1]):
         per_thread = bn * bk * (2 if pair else 1) / (32 * w)  # fp32 accumulators per thread
-        if 8 <= per_thread <= 64 and bk * bn >= 8 * 32 * w:  # at least 8 elements (16 B) per thread
+        if 8 <= per_thread <= 64 and bk * bn >= 8 * 32 * w:  # at least 8 elements per thread
             out.append(GemvConfig(bn, bk, w, st))
     return out
 
 
-def shape_key(name: str, args: tuple) -> tuple[int, int]:
+def shape_key(name: str, args: tuple) -> tuple[int, int, int]:
     w = args[2] if name != "linear_residual[wo]" and name != "linear_residual[w2]" else args[1]
-    return tuple(w.shape)
+    return (*w.shape, w.element_size())
 
 
-def sweep_gemv(name, config, dtype, copy_bw):
+def sweep_gemv(name, config, dtype, copy_bw, fp8):
     spec, module = REGISTRY[name], GEMV_MODULES[name]
-    nbytes = spec.bytes_moved(config, dtype, 1)
-    sets = input_sets(lambda: spec.make_inputs(config, dtype, torch.device("cuda"), 1), nbytes)
-    key = shape_key(name, sets[0])
+    nbytes = spec.bytes_moved(config, dtype, 1, fp8)
+    sets = input_sets(lambda: spec.make_inputs(config, dtype, torch.device("cuda"), 1, fp8), nbytes)
+    key = shape_key(name, sets[0][0])
     rows = []
-    for cfg in gemv_candidates(pair=name == "rmsnorm_swiglu"):
+    for cfg in gemv_candidates(pair=name == "rmsnorm_swiglu", fp8=fp8 is not None):
         module.CONFIGS[key] = cfg
         try:
             us = time_in_graph(spec.kernel, sets, replays=10)
@@ -73,10 +75,8 @@ def sweep_attention(config, dtype, context, copy_bw):
     sets = input_sets(lambda: spec.make_inputs(config, dtype, torch.device("cuda"), context), nbytes)
     key = (config.n_kv_heads, config.n_heads // config.n_kv_heads)
     rows = []
-    for split, bs, w in itertools.product([64, 128, 256, 512, 1024], [32, 64, 128], [2, 4, 8]):
-        if split < bs:
-            continue
-        module.CONFIGS[key] = AttentionConfig(split, bs, w)
+    for splits, bs, w in itertools.product([4, 8, 16, 32], [32, 64, 128], [2, 4, 8]):
+        module.CONFIGS[key] = AttentionConfig(splits, bs, w)
         us = time_in_graph(spec.kernel, sets, replays=10)
         rows.append({"kernel": "decode_attention", "context": context, "config": module.CONFIGS[key].__dict__,
                      "us": us, "gb_s": nbytes / us / 1e3, "fraction": nbytes / us / 1e3 / copy_bw})
@@ -89,8 +89,10 @@ def main() -> None:
     parser.add_argument("--shape", default="llama-2-7b")
     parser.add_argument("--contexts", default="512,4096")
     parser.add_argument("--kernels", default=",".join(GEMV_MODULES) + ",decode_attention")
+    parser.add_argument("--fp8", choices=[f.value for f in FP8Format], help="tune the FP8 weight variants")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    fp8 = FP8Format(args.fp8) if args.fp8 else None
     config, dtype, device = model_config(args.shape), torch.bfloat16, torch.device("cuda")
     copy_bw = copy_bandwidth(device)
     rows = []
@@ -99,11 +101,11 @@ def main() -> None:
             for context in map(int, args.contexts.split(",")):
                 rows += sweep_attention(config, dtype, context, copy_bw)
         else:
-            rows += sweep_gemv(name, config, dtype, copy_bw)
+            rows += sweep_gemv(name, config, dtype, copy_bw, fp8)
     with open(args.out, "w") as f:
-        json.dump({"shape": args.shape, "copy_bw_gb_s": copy_bw, "environment": environment(device), "rows": rows},
+        json.dump({"shape": args.shape, "fp8": args.fp8, "copy_bw_gb_s": copy_bw, "environment": environment(device), "rows": rows},
                   f, indent=1)
-    print(f"{args.shape} bf16, copy bandwidth {copy_bw:.0f} GB/s")
+    print(f"{args.shape} bf16 activations, {args.fp8 or 'bf16'} weights, copy bandwidth {copy_bw:.0f} GB/s")
     groups = itertools.groupby(sorted(rows, key=lambda r: (r["kernel"], r.get("context", 0))),
                                key=lambda r: (r["kernel"], r.get("context", 0)))
     for (kernel, context), group in groups:

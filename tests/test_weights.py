@@ -83,9 +83,9 @@ def test_llama2c_version1(tmp_path, tiny_config, shared):
 def test_llamafast_round_trip(tmp_path, tiny_config):
     state = fused(meta_state(tiny_config))
     dst = tmp_path / "out"
-    save_checkpoint(dst, tiny_config, state_specs(state), state.__getitem__, {"weights": "float32"}, None)
+    save_checkpoint(dst, tiny_config, state_specs(state), state.__getitem__, {"weights": "native"}, None)
     ckpt = open_checkpoint(dst)
-    assert ckpt.format == "llamafast" and ckpt.config == tiny_config and ckpt.metadata["weights"] == "float32"
+    assert ckpt.format == "llamafast" and ckpt.config == tiny_config and ckpt.metadata["weights"] == "native"
     torch.testing.assert_close(_logits(_loaded(dst), TOKENS), _logits(build(tiny_config, state), TOKENS), atol=0, rtol=0)
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from llamafast.config import MODEL_CONFIGS, ModelConfig
+from llamafast.quant import FP8Format
 
 from ..conftest import TOLERANCES
 
@@ -27,6 +28,11 @@ SHAPES = [
 # bf16 tl.dot is wrong in Triton 3.6's interpreter (KERNELS.md), so dot kernels skip bf16 on the CPU.
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DOT_DTYPES = DTYPES if ON_GPU else [torch.float32, torch.float16]
+
+
+# Weights: float, E5M2 bit patterns, E4M3 with row scales. The reference gets the same FP8 weights,
+# dequantized, so the bf16/fp16 tolerances hold; quantization error itself is tested in test_quant.py.
+FP8 = [None, FP8Format.e5m2, FP8Format.e4m3]
 
 
 def tolerance(dtype: torch.dtype) -> dict:

@@ -24,14 +24,14 @@ def test_matches_reference(config, dtype, where):
     b, s = cfg.block_s, cfg.split_len(SMAX)
     length = {"first": 1, "block-1": b - 1, "block+1": b + 1, "split": s, "split+3": s + 3,
               "2splits+block+5": 2 * s + b + 5, "full": SMAX}[where]
-    q, k_cache, v_cache, _ = SPEC.make_inputs(config, dtype, DEVICE, SMAX)
+    (q, k_cache, v_cache, _), _ = SPEC.make_inputs(config, dtype, DEVICE, SMAX)
     pos = torch.tensor(min(length, SMAX) - 1, device=DEVICE)
     torch.testing.assert_close(SPEC.kernel(q, k_cache, v_cache, pos), SPEC.reference(q, k_cache, v_cache, pos),
                                **tolerance(dtype))
 
 
 def test_ignores_positions_past_length(tiny_config):
-    q, k_cache, v_cache, _ = SPEC.make_inputs(tiny_config, torch.float32, DEVICE, 64)
+    (q, k_cache, v_cache, _), _ = SPEC.make_inputs(tiny_config, torch.float32, DEVICE, 64)
     pos = torch.tensor(20, device=DEVICE)
     out = SPEC.kernel(q, k_cache, v_cache, pos)
     k_cache[:, 21:] = float("nan")  # garbage beyond the current length must not leak in

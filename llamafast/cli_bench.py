@@ -1,0 +1,126 @@
+"""`llamafast bench`: decode speed per backend (and per weight format), or per kernel with --kernels."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import torch
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from llamafast.bench import BenchReport, copy_bandwidth, environment, run_bench
+from llamafast.bench_kernels import bench_kernels
+from llamafast.cli_common import (
+    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, TokenizerOpt, check_context, clean_errors,
+    device_or_default, path_or, pick, preset, progress_bar, stdout_console,
+)
+from llamafast.config import Backend, DType, model_config
+from llamafast.errors import LlamafastError
+from llamafast.load import load_model, quantized, random_model
+from llamafast.quant import FP8Format
+
+
+def bench(
+    model: ModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    random_weights: Annotated[bool, typer.Option("--random-weights", help="Random weights built on the device; needs --shape.")] = False,
+    shape: Annotated[Optional[str], typer.Option(help="Shape for --random-weights: llama-2-7b, llama-2-13b, llama-2-70b, stories260K.")] = None,
+    prompt_len: Annotated[Optional[int], typer.Option(help="Prompt tokens [default: 16].")] = None,
+    new_tokens: Annotated[Optional[int], typer.Option(help="Tokens to decode [default: 256].")] = None,
+    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable; default: all the device runs, triton alone with --fp8).")] = None,
+    device: DeviceOpt = None,
+    dtype: DTypeOpt = None,
+    fp8: Annotated[bool, typer.Option("--fp8", help="Also run FP8 weights quantized from the same float weights, beside them.")] = False,
+    fp8_format: FP8FormatOpt = FP8Format.e5m2,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    out: Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file.")] = None,
+    kernels: Annotated[bool, typer.Option("--kernels", help="Time each decode kernel against its reference at --shape instead.")] = False,
+    context: Annotated[int, typer.Option(help="With --kernels: tokens of context for attention.")] = 4096,
+    config: ConfigOpt = None,
+):
+    """Measure load time, time to first token, decode tokens/s and achieved memory bandwidth, per backend."""
+    with clean_errors():
+        run = preset(config)
+        dev = device_or_default(pick(device, run.device))
+        fmt = fp8_format if fp8 else None
+        if kernels:
+            return _bench_kernels(pick(shape, run.shape) or "llama-2-7b", dev, pick(dtype, DType.bfloat16), context,
+                                  fmt, json_out, out)
+        n_prompt, n_new = pick(prompt_len, run.prompt_len), pick(new_tokens, run.max_new_tokens)
+        if n_prompt < 1 or n_new < 2:
+            raise LlamafastError("--prompt-len must be at least 1 and --new-tokens at least 2")
+        default = [Backend.triton] if fp8 else list(Backend) if dev.type == "cuda" else [Backend.reference]
+        lm = _bench_model(run, model, tokenizer, random_weights, shape, dev, dtype)
+        check_context(n_prompt, n_new, lm.model.config.max_seq_len)
+        models = [lm, quantized(lm, fmt)] if fmt else [lm]
+        report = run_bench(models, backend or default, n_prompt, n_new)
+        if out is not None:
+            out.write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+        if json_out:
+            print(json.dumps(report.to_dict()))
+        else:
+            _print_report(report)
+
+
+def _bench_model(run, model, tokenizer, random_weights, shape, dev, dtype):
+    shape = pick(shape, run.shape)
+    if random_weights or run.random_weights:
+        if shape is None:
+            raise LlamafastError("--random-weights needs --shape (llama-2-7b, llama-2-13b, llama-2-70b, stories260K)")
+        return random_model(shape, dev, pick(dtype, DType.bfloat16 if dev.type == "cuda" else DType.float32))
+    if shape is not None:
+        raise LlamafastError("--shape only applies with --random-weights")
+    with progress_bar() as update:
+        return load_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer), dev, pick(dtype, run.dtype),
+                          None, update)
+
+
+def _bench_kernels(shape, dev, dtype: DType, context: int, fp8, json_out: bool, out: Path | None) -> None:
+    if dev.type != "cuda":
+        raise LlamafastError("--kernels times Triton kernels in CUDA graphs and needs a CUDA GPU")
+    if dtype not in (DType.bfloat16, DType.float16):
+        raise LlamafastError("--kernels: --dtype bfloat16 or float16")
+    torch_dtype = torch.bfloat16 if dtype == DType.bfloat16 else torch.float16
+    copy_bw = copy_bandwidth(dev)
+    rows = bench_kernels(model_config(shape), torch_dtype, context, copy_bw, fp8)
+    weights = f"fp8_{fp8.value}" if fp8 else dtype.value
+    report = {"shape": shape, "dtype": dtype.value, "weights": weights, "context": context, "copy_bw_gb_s": copy_bw,
+              "environment": environment(dev), "kernels": [r.to_dict() for r in rows]}
+    if out is not None:
+        out.write_text(json.dumps(report, indent=1) + "\n")
+    if json_out:
+        print(json.dumps(report))
+        return
+    env = report["environment"]
+    stdout_console().print(f"{shape} {dtype.value} activations, {weights} weights, context {context}, on "
+                           f"{env['device']}; torch {env['torch']}, triton {env['triton']}; copy bandwidth {copy_bw:.0f} GB/s")
+    table = Table("kernel", "MB", "µs", "GB/s", "% copy BW", "reference µs", "speedup")
+    for r in rows:
+        table.add_row(escape(r.name), f"{r.bytes / 1e6:.1f}", f"{r.us:.1f}", f"{r.gb_s:.0f}",
+                      f"{100 * r.fraction_of_copy_bw:.1f}", f"{r.reference_us:.1f}", f"{r.speedup:.2f}x")
+    total, nbytes = sum(r.us for r in rows), sum(r.bytes for r in rows)
+    table.add_row("total (one of each)", f"{nbytes / 1e6:.1f}", f"{total:.1f}", f"{nbytes / total / 1e3:.0f}", "",
+                  f"{sum(r.reference_us for r in rows):.1f}", "")
+    stdout_console().print(table)
+
+
+def _print_report(r: BenchReport) -> None:
+    env = r.environment
+    out = stdout_console()
+    out.print(
+        f"{r.model} ({r.format}, {r.dtype}, {r.params / 1e9:.3f} B params) on {env['device']}; "
+        f"torch {env['torch']}, triton {env['triton']}; load {r.load_s:.2f} s; "
+        f"copy bandwidth {r.copy_bw_gb_s:.0f} GB/s; prompt {r.prompt_tokens}, new {r.new_tokens}"
+    )
+    table = Table("backend", "weights", "startup s", "ttft ms", "prefill tok/s", "decode tok/s", "ms/token", "GB/s",
+                  "% copy BW", "peak GB")
+    for x in r.results:
+        table.add_row(
+            x.backend, x.weights, f"{x.startup_s:.2f}", f"{x.ttft_ms:.2f}", f"{x.prefill_tokens_per_s:.0f}",
+            f"{x.decode_tokens_per_s:.1f}", f"{x.decode_ms_per_token:.3f}", f"{x.achieved_gb_s:.0f}",
+            f"{100 * x.fraction_of_copy_bw:.1f}", "-" if x.peak_memory_gb is None else f"{x.peak_memory_gb:.1f}",
+        )
+    out.print(table)

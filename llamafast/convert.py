@@ -1,0 +1,109 @@
+"""`llamafast convert-fp8`: any supported checkpoint -> a llamafast checkpoint with FP8 linear weights.
+
+One tensor at a time: read from the source's memory map, quantized (on the GPU when there is one),
+written, dropped, so the model is never held twice; the writer renames its temporary directory into
+place at the end (weights.save_checkpoint), so an interrupted conversion leaves no DST.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from llamafast.checkpoint import open_checkpoint
+from llamafast.errors import LlamafastError
+from llamafast.quant import FP8Format, QuantStats, is_quantized_linear, quantize, scale_name
+from llamafast.weights import Progress, _sources, read_tensor, save_checkpoint, validate, weight_format
+
+FORMAT_VERSION = "1"
+
+
+@dataclass
+class ConversionReport:
+    src: str
+    dst: str
+    format: str
+    seconds: float = 0.0
+    bytes_written: int = 0
+    peak_anon_rss_gb: float | None = None  # heap memory, not counting the memory-mapped source (Linux only)
+    stats: list[QuantStats] = field(default_factory=list)
+
+    @property
+    def saturated(self) -> int:
+        return sum(s.saturated for s in self.stats)
+
+
+def convert_fp8(
+    src: Path,
+    dst: Path,
+    fmt: FP8Format = FP8Format.e5m2,
+    keep_lm_head: bool = False,
+    force: bool = False,
+    tokenizer: Path | None = None,
+    device: torch.device | None = None,
+    progress: Progress | None = None,
+) -> ConversionReport:
+    t0 = time.perf_counter()
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ckpt = open_checkpoint(src, tokenizer)
+    validate(ckpt)
+    if weight_format(ckpt) != "native":
+        raise LlamafastError(f"{src} already holds {weight_format(ckpt)} weights")
+    if ckpt.tokenizer is None:
+        raise LlamafastError(f"no tokenizer.model found beside {src}; pass --tokenizer")
+    if Path(dst).exists() and not force:
+        raise LlamafastError(f"{dst} exists; pass --force to overwrite it")
+    plan = _sources(ckpt)
+    if "output.weight" not in plan and not keep_lm_head:  # tied: the LM head gets its own FP8 copy
+        plan["output.weight"] = ["tok_embeddings.weight"]
+    quantized = {n for n in plan if is_quantized_linear(n) and not (keep_lm_head and n == "output.weight")}
+    specs = []
+    for name, srcs in plan.items():
+        ref = ckpt.tensors[srcs[0]]
+        shape = (sum(ckpt.tensors[s].shape[0] for s in srcs), *ref.shape[1:])
+        specs.append((name, shape, torch.int8 if name in quantized else ref.dtype))
+        if name in quantized and fmt == FP8Format.e4m3:
+            specs.append((scale_name(name), shape[:1], torch.float32))
+    report = ConversionReport(str(src), str(dst), f"fp8_{fmt.value}")
+    pending_scales: dict[str, torch.Tensor] = {}
+
+    def produce(name: str) -> torch.Tensor:
+        if name in pending_scales:
+            return pending_scales.pop(name)
+        srcs = plan[name]
+        t = read_tensor(ckpt, srcs, device, ckpt.tensors[srcs[0]].dtype)
+        if name not in quantized:
+            return t
+        q, scale, stats = quantize(t, fmt, name)
+        report.stats.append(stats)
+        report.peak_anon_rss_gb = max(report.peak_anon_rss_gb or 0.0, _anon_rss_gb() or 0.0) or None
+        if scale is not None:
+            pending_scales[scale_name(name)] = scale
+        return q
+
+    metadata = {
+        "weights": report.format,
+        "weights_version": FORMAT_VERSION,
+        "source": str(Path(src).resolve()),
+        "source_format": ckpt.format,
+        "lm_head": "kept" if keep_lm_head else "fp8",
+    }
+    save_checkpoint(dst, ckpt.config, specs, produce, metadata, ckpt.tokenizer, force, progress)
+    report.seconds = time.perf_counter() - t0
+    report.bytes_written = sum(f.stat().st_size for f in Path(dst).iterdir())
+    return report
+
+
+def _anon_rss_gb() -> float | None:
+    """Resident anonymous memory of this process: what conversion itself holds, unlike the file pages of
+    the memory-mapped source, which the kernel can drop at will."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1e6  # kB -> GB
+    except OSError:
+        pass
+    return None

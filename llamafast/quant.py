@@ -1,0 +1,87 @@
+"""FP8 weights: E5M2 bit patterns in int8 tensors (no scale: E5M2 is the top byte of an fp16), or E4M3
+(float8e4nv) with one fp32 scale per output channel, which has about half of E5M2's weight error.
+
+An int8 weight is E5M2 when it has no scale and E4M3 when it has one; the reference path dequantizes it,
+the Triton kernels bitcast it in registers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+
+E5M2_MAX = 57344.0  # largest finite E5M2; beyond it the cast would give inf, so values are saturated
+E4M3_MAX = 448.0
+_NORMAL_MIN = {"e5m2": 2.0**-14, "e4m3": 2.0**-6}  # smallest normal: below it precision degrades gracefully
+_ROWS_PER_CHUNK = 1024  # quantize in row chunks so that fp32 temporaries stay small on large tensors
+
+
+class FP8Format(str, Enum):
+    e5m2 = "e5m2"
+    e4m3 = "e4m3"
+
+
+@dataclass
+class QuantStats:
+    """One tensor's quantization error, over elements in the format's normal range."""
+
+    name: str
+    shape: tuple[int, ...]
+    max_rel_err: float
+    mean_rel_err: float
+    saturated: int  # E5M2 values beyond +-57344, clamped
+
+    def to_dict(self) -> dict:
+        return {**self.__dict__, "shape": list(self.shape)}
+
+
+def quantize(w: torch.Tensor, fmt: FP8Format, name: str = "") -> tuple[torch.Tensor, torch.Tensor | None, QuantStats]:
+    """w (N, K) float -> (int8 bit patterns (N, K), fp32 scales (N,) or None, error statistics).
+
+    Round to nearest even from the source values (torch's float8 casts round that way).
+    """
+    q = torch.empty(w.shape, dtype=torch.int8, device=w.device)
+    scale = torch.empty(w.shape[0], dtype=torch.float32, device=w.device) if fmt == FP8Format.e4m3 else None
+    max_err = torch.zeros((), device=w.device)
+    err_sum, count, saturated = torch.zeros((), device=w.device, dtype=torch.float64), 0, 0
+    for r0 in range(0, w.shape[0], _ROWS_PER_CHUNK):
+        rows = slice(r0, r0 + _ROWS_PER_CHUNK)
+        wf = w[rows].float()
+        if fmt == FP8Format.e5m2:
+            saturated += int((wf.abs() > E5M2_MAX).sum())
+            q[rows] = wf.clamp(-E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2).view(torch.int8)
+            unit = wf.abs()  # magnitude in the format's own units
+        else:
+            amax = wf.abs().amax(dim=1)
+            s = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+            scale[rows] = s
+            q[rows] = (wf / s[:, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).view(torch.int8)
+            unit = wf.abs() / s[:, None]
+        rel = (dequantize(q[rows], None if scale is None else scale[rows], torch.float32) - wf).abs() / wf.abs()
+        rel = rel[unit >= _NORMAL_MIN[fmt.value]]
+        if rel.numel():
+            max_err = torch.maximum(max_err, rel.max())
+            err_sum += rel.double().sum()
+            count += rel.numel()
+    stats = QuantStats(name, tuple(w.shape), max_err.item(), (err_sum / max(count, 1)).item(), saturated)
+    return q, scale, stats
+
+
+def dequantize(w: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """int8 FP8 bit patterns (E5M2 without a scale, E4M3 with per-row scales) -> dtype; floats pass through."""
+    if w.dtype != torch.int8:
+        return w
+    if scale is None:
+        return w.view(torch.float8_e5m2).to(dtype)
+    return (w.view(torch.float8_e4m3fn).float() * scale[:, None]).to(dtype)
+
+
+def is_quantized_linear(name: str) -> bool:
+    """The weights FP8 applies to: every linear layer and the LM head; never norms or the embedding table."""
+    return name.endswith(("wqkv.weight", "wo.weight", "w1.weight", "w2.weight", "w3.weight", "output.weight"))
+
+
+def scale_name(weight_name: str) -> str:
+    return weight_name.removesuffix("weight") + "scale"
