@@ -14,11 +14,13 @@ import triton.language as tl
 from .gemv import GemvConfig, check_vector, check_weight, dot_rows, gemv_config, launch_args, pdl_prologue
 
 # (N, K) -> launch; see scripts/results/tune_*.txt for the sweep that chose them.
-# (N, K, bytes per weight) -> launch. H100 (scripts/results/tune_7b.txt): wo 13.8 us = 2438 GB/s,
-# w2 33.8 us = 2668 GB/s in bf16.
+# (N, K, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): wo 13.8 us = 2438 GB/s and w2 33.8 us
+# = 2668 GB/s in bf16; wo 8.4 us = 1999 GB/s and w2 18.9 us = 2386 GB/s in FP8 (E5M2).
 CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
     (4096, 4096, 2): GemvConfig(block_n=2, block_k=1024, num_warps=1),
     (4096, 11008, 2): GemvConfig(block_n=2, block_k=1024, num_warps=1),
+    (4096, 4096, 1): GemvConfig(block_n=2, block_k=1024, num_warps=1),
+    (4096, 11008, 1): GemvConfig(block_n=4, block_k=1024, num_warps=2),
 }
 
 
