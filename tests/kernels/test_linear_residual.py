@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from llamafast.kernels import REGISTRY
 
-from .common import DEVICE, DTYPES, FP8, SHAPES, tolerance
+from .common import DTYPES, FP8, SHAPES, assert_matches_reference
 
 
 @pytest.mark.parametrize("site", ["linear_residual[wo]", "linear_residual[w2]"])
@@ -15,6 +14,4 @@ from .common import DEVICE, DTYPES, FP8, SHAPES, tolerance
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("config", SHAPES)
 def test_matches_reference(config, dtype, site, fp8):
-    spec = REGISTRY[site]
-    args, kw = spec.make_inputs(config, dtype, DEVICE, 1, fp8)
-    torch.testing.assert_close(spec.kernel(*args, **kw), spec.reference(*args, **kw), **tolerance(dtype))
+    assert_matches_reference(REGISTRY[site], config, dtype, fp8)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from llamafast.kernels import REGISTRY
 
-from .common import DEVICE, DTYPES, FP8, SHAPES, tolerance
+from .common import DTYPES, FP8, SHAPES, assert_matches_reference
 
 SPEC = REGISTRY["rmsnorm_swiglu"]
 
@@ -16,5 +15,4 @@ SPEC = REGISTRY["rmsnorm_swiglu"]
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("config", SHAPES)
 def test_matches_reference(config, dtype, fp8):
-    args, kw = SPEC.make_inputs(config, dtype, DEVICE, 1, fp8)
-    torch.testing.assert_close(SPEC.kernel(*args, **kw), SPEC.reference(*args, **kw), **tolerance(dtype))
+    assert_matches_reference(SPEC, config, dtype, fp8)
