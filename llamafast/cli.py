@@ -23,6 +23,7 @@ from llamafast.config import Backend, SamplingConfig
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine, generate as generate_text
 from llamafast.load import DECODE_MODES, load_model
+from llamafast.quant import FP8Format
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 app.command()(bench)
@@ -49,7 +50,7 @@ def generate(
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
     fp8: FP8Opt = False,
-    fp8_format: FP8FormatOpt = "e5m2",
+    fp8_format: FP8FormatOpt = FP8Format.e5m2,
     backend: Annotated[Optional[Backend], typer.Option(help="Decode backend [default: triton on CUDA, reference on the CPU].")] = None,
     config: ConfigOpt = None,
 ):
