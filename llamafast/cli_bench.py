@@ -86,7 +86,7 @@ def _bench_kernels(shape, dev, dtype: DType, context: int, fp8, json_out: bool, 
     torch_dtype = torch.bfloat16 if dtype == DType.bfloat16 else torch.float16
     copy_bw = copy_bandwidth(dev)
     rows = bench_kernels(model_config(shape), torch_dtype, context, copy_bw, fp8)
-    weights = f"fp8_{fp8.value}" if fp8 else dtype.value
+    weights = fp8.weights if fp8 else dtype.value
     report = {"shape": shape, "dtype": dtype.value, "weights": weights, "context": context, "copy_bw_gb_s": copy_bw,
               "environment": environment(dev), "kernels": [r.to_dict() for r in rows]}
     if out is not None:
@@ -95,8 +95,9 @@ def _bench_kernels(shape, dev, dtype: DType, context: int, fp8, json_out: bool, 
         print(json.dumps(report))
         return
     env = report["environment"]
-    stdout_console().print(f"{shape} {dtype.value} activations, {weights} weights, context {context}, on "
-                           f"{env['device']}; torch {env['torch']}, triton {env['triton']}; copy bandwidth {copy_bw:.0f} GB/s")
+    console = stdout_console()
+    console.print(f"{shape} {dtype.value} activations, {weights} weights, context {context}, on "
+                  f"{env['device']}; torch {env['torch']}, triton {env['triton']}; copy bandwidth {copy_bw:.0f} GB/s")
     table = Table("kernel", "MB", "µs", "GB/s", "% copy BW", "reference µs", "speedup")
     for r in rows:
         table.add_row(escape(r.name), f"{r.bytes / 1e6:.1f}", f"{r.us:.1f}", f"{r.gb_s:.0f}",
@@ -104,7 +105,7 @@ def _bench_kernels(shape, dev, dtype: DType, context: int, fp8, json_out: bool, 
     total, nbytes = sum(r.us for r in rows), sum(r.bytes for r in rows)
     table.add_row("total (one of each)", f"{nbytes / 1e6:.1f}", f"{total:.1f}", f"{nbytes / total / 1e3:.0f}", "",
                   f"{sum(r.reference_us for r in rows):.1f}", "")
-    stdout_console().print(table)
+    console.print(table)
 
 
 def _print_report(r: BenchReport) -> None:

@@ -103,8 +103,6 @@ def check_context(n_prompt: int, max_new: int, context: int) -> None:
         )
 
 
-
-
 def path_or(value: Path | None, preset_value: str | None) -> Path | None:
     return value if value is not None else (Path(preset_value) if preset_value else None)
 

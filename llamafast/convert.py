@@ -67,7 +67,7 @@ def convert_fp8(
         specs.append((name, shape, torch.int8 if name in quantized else ref.dtype))
         if name in quantized and fmt == FP8Format.e4m3:
             specs.append((scale_name(name), shape[:1], torch.float32))
-    report = ConversionReport(str(src), str(dst), f"fp8_{fmt.value}")
+    report = ConversionReport(str(src), str(dst), fmt.weights)
     pending_scales: dict[str, torch.Tensor] = {}
 
     def produce(name: str) -> torch.Tensor:

@@ -88,7 +88,7 @@ def load_model(
     backend = resolve_backend(backend, device)
     model = _build(ckpt.config, state, backend)
     _sync(device)
-    weights = f"fp8_{fp8.value}" if fp8 else weight_format(ckpt)
+    weights = fp8.weights if fp8 else weight_format(ckpt)
     weights = _dtype_name(torch_dtype) if weights == "native" else weights
     return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0, weights)
 
@@ -109,7 +109,7 @@ def random_model(
     state = random_state(config, device, torch_dtype, seed)
     model = _build(config, quantize_state(state, fp8) if fp8 else state, backend)
     _sync(device)
-    weights = f"fp8_{fp8.value}" if fp8 else _dtype_name(torch_dtype)
+    weights = fp8.weights if fp8 else _dtype_name(torch_dtype)
     return LoadedModel(model, None, backend, "random", shape, time.perf_counter() - t0, weights)
 
 
@@ -118,7 +118,7 @@ def quantized(lm: LoadedModel, fp8: FP8Format) -> LoadedModel:
     t0 = time.perf_counter()
     model = _build(lm.model.config, quantize_state(lm.model.state_dict(), fp8), lm.backend)
     _sync(lm.model.tok_embeddings.weight.device)
-    return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, f"fp8_{fp8.value}")
+    return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, fp8.weights)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -22,6 +22,11 @@ class FP8Format(str, Enum):
     e5m2 = "e5m2"
     e4m3 = "e4m3"
 
+    @property
+    def weights(self) -> str:
+        """The weight-format name in checkpoint metadata and reports: "fp8_e5m2" or "fp8_e4m3"."""
+        return f"fp8_{self.value}"
+
 
 @dataclass
 class QuantStats:

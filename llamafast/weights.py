@@ -105,12 +105,7 @@ def load_state(
     total = sum(_nbytes(ckpt.tensors[s].shape, ckpt.tensors[s].dtype) for srcs in plan.values() for s in srcs)
     state, done = {}, 0
     for name, srcs in plan.items():
-        t = read_tensor(ckpt, srcs, device, dtype)
-        if fp8 is not None and is_quantized_linear(name):
-            t, scale, _ = quantize(t, fp8, name)
-            if scale is not None:
-                state[scale_name(name)] = scale
-        state[name] = t
+        state.update(_maybe_quantized(name, read_tensor(ckpt, srcs, device, dtype), fp8))
         done += sum(_nbytes(ckpt.tensors[s].shape, ckpt.tensors[s].dtype) for s in srcs)
         if progress:
             progress(done, total)
@@ -136,12 +131,16 @@ def quantize_state(state: dict[str, torch.Tensor], fp8: FP8Format) -> dict[str, 
     """A state dict with its linear weights (LM head included) quantized; the rest shared, not copied."""
     out = {}
     for name, t in state.items():
-        if is_quantized_linear(name) and t.dtype != torch.int8:
-            t, scale, _ = quantize(t, fp8, name)
-            if scale is not None:
-                out[scale_name(name)] = scale
-        out[name] = t
+        out.update(_maybe_quantized(name, t, fp8 if t.dtype != torch.int8 else None))
     return out
+
+
+def _maybe_quantized(name: str, t: torch.Tensor, fp8: FP8Format | None) -> dict[str, torch.Tensor]:
+    """{name: t}, or for a linear weight with fp8 set {name: FP8 bit patterns, plus its E4M3 scale}."""
+    if fp8 is None or not is_quantized_linear(name):
+        return {name: t}
+    q, scale, _ = quantize(t, fp8, name)
+    return {name: q} if scale is None else {name: q, scale_name(name): scale}
 
 
 def _nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:

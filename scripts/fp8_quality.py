@@ -39,7 +39,7 @@ def stories() -> list[dict]:
     base = load_model(None, device=torch.device("cpu"), dtype=DType.float32)
     bf16_state = {n: t.bfloat16().float() if is_quantized_linear(n) else t for n, t in base.model.state_dict().items()}
     variants = {"fp32": base.model, "bf16": build(base.model.config, bf16_state)}
-    variants.update({f"fp8_{f.value}": quantized(base, f).model for f in FP8Format})
+    variants.update({f.weights: quantized(base, f).model for f in FP8Format})
     greedy = {name: generate(Engine(m, SamplingConfig(temperature=0), 201), base.tokenizer, [1], 200).token_ids
               for name, m in variants.items()}
     forced = {name: _logits(m, text[:-1]) for name, m in variants.items()}
@@ -68,7 +68,7 @@ def random_7b(steps: int = 32) -> list[dict]:
         q = quantized(lm, fmt)
         out = _logits(q.model, tokens)[16:]
         err = ((out - ref).norm(dim=-1) / ref.norm(dim=-1))
-        rows.append({"weights": f"fp8_{fmt.value}", "steps": steps, "logit_rel_err_mean": err.mean().item(),
+        rows.append({"weights": fmt.weights, "steps": steps, "logit_rel_err_mean": err.mean().item(),
                      "logit_rel_err_max": err.max().item(),
                      "top1_agreement_with_bf16": (out.argmax(-1) == ref.argmax(-1)).float().mean().item()})
         del q
