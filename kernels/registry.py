@@ -39,13 +39,13 @@ class KernelSpec:
     bytes_moved: Callable[[ModelConfig, torch.dtype, int, FP8Format | None], int]
 
 
-def _rand(*shape, dtype, device, scale=1.0):
+def rand(*shape, dtype, device, scale=1.0):
     return (torch.randn(shape, device=device, dtype=torch.float32) * scale).to(dtype)
 
 
-def _weight(n, k, dtype, device, fp8):
+def weight(n, k, dtype, device, fp8):
     """(weight, E4M3 scale or None): float, or FP8 bit patterns in int8."""
-    w = _rand(n, k, dtype=dtype, device=device, scale=k**-0.5)
+    w = rand(n, k, dtype=dtype, device=device, scale=k**-0.5)
     if fp8 is None:
         return w, None
     q, scale, _ = quantize(w, fp8)
@@ -53,23 +53,23 @@ def _weight(n, k, dtype, device, fp8):
 
 
 def _norm_inputs(c: ModelConfig, dtype, device):
-    return _rand(1, c.dim, dtype=dtype, device=device), _rand(c.dim, dtype=dtype, device=device, scale=0.2) + 1
+    return rand(1, c.dim, dtype=dtype, device=device), rand(c.dim, dtype=dtype, device=device, scale=0.2) + 1
 
 
 def _cache(c: ModelConfig, dtype, device, context: int):
-    return _rand(c.n_kv_heads, context, c.head_dim, dtype=dtype, device=device)
+    return rand(c.n_kv_heads, context, c.head_dim, dtype=dtype, device=device)
 
 
 def _qkv_inputs(c: ModelConfig, dtype, device, context, fp8=None):
     cos, sin = rope_tables(c.head_dim, context, c.rope_theta, device)
     pos = torch.tensor(context - 1, device=device)
-    w, s = _weight(c.qkv_dim, c.dim, dtype, device, fp8)
+    w, s = weight(c.qkv_dim, c.dim, dtype, device, fp8)
     caches = _cache(c, dtype, device, context), _cache(c, dtype, device, context)
     return (*_norm_inputs(c, dtype, device), w, cos, sin, pos, *caches, c.norm_eps), {"wqkv_scale": s}
 
 
 def _attention_inputs(c: ModelConfig, dtype, device, context, fp8=None):
-    q = _rand(1, c.n_heads, c.head_dim, dtype=dtype, device=device)
+    q = rand(1, c.n_heads, c.head_dim, dtype=dtype, device=device)
     pos = torch.tensor(context - 1, device=device)
     return (q, _cache(c, dtype, device, context), _cache(c, dtype, device, context), pos), {}
 
@@ -77,20 +77,20 @@ def _attention_inputs(c: ModelConfig, dtype, device, context, fp8=None):
 def _residual_inputs(n_in: Callable[[ModelConfig], int]):
     def make(c: ModelConfig, dtype, device, context, fp8=None):
         k = n_in(c)
-        x, res = _rand(1, k, dtype=dtype, device=device), _rand(1, c.dim, dtype=dtype, device=device)
-        w, s = _weight(c.dim, k, dtype, device, fp8)
+        x, res = rand(1, k, dtype=dtype, device=device), rand(1, c.dim, dtype=dtype, device=device)
+        w, s = weight(c.dim, k, dtype, device, fp8)
         return (x, w, res), {"w_scale": s}
 
     return make
 
 
 def _swiglu_inputs(c: ModelConfig, dtype, device, context, fp8=None):
-    (w1, s1), (w3, s3) = (_weight(c.hidden_dim, c.dim, dtype, device, fp8) for _ in range(2))
+    (w1, s1), (w3, s3) = (weight(c.hidden_dim, c.dim, dtype, device, fp8) for _ in range(2))
     return (*_norm_inputs(c, dtype, device), w1, w3, c.norm_eps), {"w1_scale": s1, "w3_scale": s3}
 
 
 def _lm_head_inputs(c: ModelConfig, dtype, device, context, fp8=None):
-    w, s = _weight(c.vocab_size, c.dim, dtype, device, fp8)
+    w, s = weight(c.vocab_size, c.dim, dtype, device, fp8)
     return (*_norm_inputs(c, dtype, device), w, c.norm_eps), {"w_scale": s}
 
 

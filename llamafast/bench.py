@@ -75,19 +75,20 @@ def copy_bandwidth(device: torch.device, nbytes: int = 1 << 30, reps: int = 30) 
         nbytes = min(nbytes, 1 << 27)  # the CPU: 128 MiB, still well beyond its caches
     src = torch.randn(nbytes // 4, device=device)
     dst = torch.empty_like(src)
-    t_end = _now(device) + 0.2
-    while _now(device) < t_end:
+    t_end = now(device) + 0.2
+    while now(device) < t_end:
         dst.copy_(src)
     times = []
     for _ in range(reps):
-        t0 = _now(device)
+        t0 = now(device)
         dst.copy_(src)
-        times.append(_now(device) - t0)
+        times.append(now(device) - t0)
     times.sort()
     return 2 * nbytes / times[len(times) // 2] / 1e9
 
 
-def _now(device: torch.device) -> float:
+def now(device: torch.device) -> float:
+    """perf_counter once the device's queued work is done."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
@@ -99,11 +100,11 @@ def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_toke
     engine = Engine(model, SamplingConfig(temperature=0), len(prompt) + new_tokens, DECODE_MODES[backend])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    t0 = _now(device)
+    t0 = now(device)
     for _ in stream_tokens(engine, prompt, min(new_tokens, 8)):  # warm-up: compile, capture, tune
         pass
-    startup = _now(device) - t0
-    t0 = _now(device)
+    startup = now(device) - t0
+    t0 = now(device)
     stamps = [time.perf_counter() for _ in stream_tokens(engine, prompt, new_tokens)]
     ttft, decode_s = stamps[0] - t0, stamps[-1] - stamps[0]
     n = new_tokens - 1  # decode steps timed: each feeds the token at position len(prompt) + i

@@ -76,3 +76,58 @@ def bench_kernels(
         del sets
         torch.cuda.empty_cache()
     return results
+
+
+@dataclass
+class PrefillKernelResult:
+    name: str
+    m: int
+    us: float
+    tflop_s: float
+    reference_us: float
+    reference_tflop_s: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def bench_prefill_kernels(config: ModelConfig, dtype: torch.dtype, m: int, pos: int = 0) -> list[PrefillKernelResult]:
+    """Each prefill kernel (kernels.PREFILL) beside its torch reference for M tokens at position pos; two input
+    sets per timing, so a weight tile is not served from L2 by the previous call."""
+    from llamafast.kernels import PREFILL
+
+    device = torch.device("cuda")
+    results = []
+    for name, spec in PREFILL.items():
+        sets = [spec.make_inputs(config, dtype, device, m, pos, None) for _ in range(2)]
+        us, ref_us = time_in_graph(spec.kernel, sets), time_in_graph(spec.reference, sets)
+        flops = spec.flops(config, m, pos)
+        results.append(PrefillKernelResult(name, m, us, flops / us / 1e6, ref_us, flops / ref_us / 1e6))
+        del sets
+        torch.cuda.empty_cache()
+    return results
+
+
+def flash_vs_sdpa(seq: int = 4096, heads: int = 32, head_dim: int = 128, dtype=torch.bfloat16) -> dict:
+    """flash_attention against torch SDPA's flash backend on the same causal problem (one sequence, q, k and v
+    of `seq` tokens): microseconds and TFLOP/s, counting the causal half (ANCHORS.md's convention)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from llamafast.kernels import flash_attention
+
+    device = torch.device("cuda")
+    q = torch.randn(seq, heads, head_dim, device=device, dtype=dtype)
+    k, v = (torch.randn(heads, seq, head_dim, device=device, dtype=dtype) for _ in range(2))
+    pos = torch.zeros((), dtype=torch.long, device=device)
+    q_sdpa = q.transpose(0, 1)[None].contiguous()  # (1, H, S, D), SDPA's layout
+
+    def sdpa(q, k, v):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    ours = time_in_graph(flash_attention, [((q, k, v, pos), {})], replays=50)
+    theirs = time_in_graph(sdpa, [((q_sdpa, k[None], v[None]), {})], replays=50)
+    flops = 4.0 * heads * head_dim * seq * seq / 2
+    return {"seq": seq, "heads": heads, "head_dim": head_dim, "dtype": str(dtype).removeprefix("torch."),
+            "flash_attention_us": ours, "flash_attention_tflop_s": flops / ours / 1e6,
+            "sdpa_flash_us": theirs, "sdpa_flash_tflop_s": flops / theirs / 1e6, "ratio": theirs / ours}

@@ -13,12 +13,14 @@ from rich.table import Table
 
 from llamafast.bench import BenchReport, copy_bandwidth, environment, run_bench
 from llamafast.bench_kernels import bench_kernels
+from llamafast.bench_prefill import run_prefill_bench
 from llamafast.cli_common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, TokenizerOpt, check_context, clean_errors,
     device_or_default, path_or, pick, preset, progress_bar, stdout_console,
 )
 from llamafast.config import Backend, DType, model_config
 from llamafast.errors import LlamafastError
+from llamafast.generate import PREFILL_CHUNK
 from llamafast.load import load_model, quantized, random_model
 from llamafast.quant import FP8Format
 
@@ -38,10 +40,15 @@ def bench(
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file.")] = None,
     kernels: Annotated[bool, typer.Option("--kernels", help="Time each decode kernel against its reference at --shape instead.")] = False,
+    prefill: Annotated[bool, typer.Option("--prefill", help="Time to first token and prefill tokens/s at --prompt-lens instead.")] = False,
+    prompt_lens: Annotated[str, typer.Option(help="With --prefill: comma-separated prompt lengths.")] = "128,512,2048,4000",
+    reps: Annotated[int, typer.Option(help="With --prefill: timed runs per length (the median is reported).")] = 10,
+    chunk: Annotated[int, typer.Option(help="With --prefill: prompt tokens per forward pass.")] = PREFILL_CHUNK,
     context: Annotated[int, typer.Option(help="With --kernels: tokens of context for attention.")] = 4096,
     config: ConfigOpt = None,
 ):
-    """Measure load time, time to first token, decode tokens/s and achieved memory bandwidth, per backend."""
+    """Measure load time, time to first token, decode tokens/s and achieved memory bandwidth, per backend
+    (--prefill: time to first token per prompt length; --kernels: each kernel against its reference)."""
     with clean_errors():
         run = preset(config)
         dev = device_or_default(pick(device, run.device))
@@ -49,6 +56,10 @@ def bench(
         if kernels:
             return _bench_kernels(pick(shape, run.shape) or "llama-2-7b", dev, pick(dtype, DType.bfloat16), context,
                                   fmt, json_out, out)
+        if prefill:
+            lm = _bench_model(run, model, tokenizer, random_weights, shape, dev, dtype)
+            lengths = _lengths(prompt_lens, lm.model.config.max_seq_len)
+            return _bench_prefill(lm, backend, lengths, reps, chunk, json_out, out)
         n_prompt, n_new = pick(prompt_len, run.prompt_len), pick(new_tokens, run.max_new_tokens)
         if n_prompt < 1 or n_new < 2:
             raise LlamafastError("--prompt-len must be at least 1 and --new-tokens at least 2")
@@ -63,6 +74,39 @@ def bench(
             print(json.dumps(report.to_dict()))
         else:
             _print_report(report)
+
+
+def _lengths(text: str, context: int) -> list[int]:
+    try:
+        lengths = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise LlamafastError(f"--prompt-lens: expected comma-separated integers, got {text!r}") from None
+    if not lengths or min(lengths) < 1:
+        raise LlamafastError("--prompt-lens: give at least one length, each at least 1")
+    check_context(max(lengths), 1, context)  # room for the first new token
+    return lengths
+
+
+def _bench_prefill(lm, backends, lengths: list[int], reps: int, chunk: int, json_out: bool, out: Path | None):
+    if reps < 1 or chunk < 1:
+        raise LlamafastError("--reps and --chunk must be at least 1")
+    device = lm.model.tok_embeddings.weight.device
+    default = [Backend.triton, Backend.reference] if device.type == "cuda" else [Backend.reference]
+    report = run_prefill_bench(lm, backends or default, lengths, reps, chunk)
+    if out is not None:
+        out.write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    if json_out:
+        print(json.dumps(report.to_dict()))
+        return
+    env = report.environment
+    console = stdout_console()
+    console.print(f"{report.model} {report.dtype} prefill on {env['device']}; torch {env['torch']}, triton "
+                  f"{env['triton']}; chunk {report.chunk} tokens; median of {report.reps} runs")
+    table = Table("backend", "prompt", "ttft ms", "min ms", "prefill tok/s", "TFLOP/s", "vs reference")
+    for r in report.results:
+        table.add_row(r.backend, str(r.prompt_tokens), f"{r.ttft_ms:.2f}", f"{r.ttft_ms_min:.2f}",
+                      f"{r.prefill_tokens_per_s:.0f}", f"{r.tflop_s:.3g}", "-" if r.speedup != r.speedup else f"{r.speedup:.2f}x")
+    console.print(table)
 
 
 def _bench_model(run, model, tokenizer, random_weights, shape, dev, dtype):

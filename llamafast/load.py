@@ -139,7 +139,11 @@ def _build(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backend
         "triton", kernels.rmsnorm_qkv_rope, kernels.decode_attention, kernels.linear_residual,
         kernels.rmsnorm_swiglu, kernels.rmsnorm_lm_head,
     )
-    return build(config, state, ops, prefill_ops=REFERENCE_OPS)  # prompts: cuBLAS + SDPA
+    prefill_ops = Ops(
+        "triton-prefill", kernels.prefill_qkv_rope, kernels.flash_attention, kernels.prefill_linear_residual,
+        kernels.prefill_swiglu, kernels.prefill_lm_head,
+    )
+    return build(config, state, ops, prefill_ops)
 
 
 def with_backend(model: Transformer, backend: Backend) -> Transformer:

@@ -131,7 +131,8 @@ class Transformer(nn.Module):
             x = layer(x, pos, self.rope_cos, self.rope_sin, ops, eps)
         if not all_logits:
             x = x[-1:]
-        return ops.rmsnorm_lm_head(x, self.norm.weight, self.output.weight, eps, self.output.scale)
+        head = self.ops if x.shape[0] == 1 else ops  # one row: the decode GEMV
+        return head.rmsnorm_lm_head(x, self.norm.weight, self.output.weight, eps, self.output.scale)
 
     def weight_bytes_per_token(self) -> int:
         """Bytes one decode step reads from weights: every tensor once, the embedding table only one row."""

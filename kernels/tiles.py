@@ -1,0 +1,156 @@
+"""Shared pieces of the prefill kernels: the tiled tl.dot loop, the program order and the launch table.
+
+A prompt of M tokens turns every projection into a real matmul, (M, K) @ W.T with W (N, K) in nn.Linear
+layout, so these kernels use tensor cores (tl.dot) on (BLOCK_M, BLOCK_N) output tiles, where the decode
+kernels (gemv.py) reduce with FMAs. Unlike decode, RMSNorm is a row pre-pass here (rmsnorm_rows says why);
+RoPE, SiLU * up, residual adds and the cache writes are fused into the epilogues.
+FP8 weights (int8 bit patterns) are bitcast and converted to the activation dtype in the tile load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .gemv import INTERPRET
+
+
+@triton.jit
+def tile_ids(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(rows, cols) of this program's output tile. Programs walk GROUP_M row tiles for each column tile, so a
+    weight tile is read from DRAM once and served from L2 to the other row tiles (the Triton matmul tutorial)."""
+    pid = tl.program_id(0)
+    n_m, n_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * n_n
+    first_m = (pid // per_group) * GROUP_M
+    group_m = tl.minimum(n_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_m
+    pid_n = (pid % per_group) // group_m
+    return pid_m * BLOCK_M + tl.arange(0, BLOCK_M), pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+
+
+@triton.jit
+def dot_tiles(
+    a_ptr, stride_am, w_ptr, w2_ptr, stride_wn,  # activations (M, K); weights (N, K), w2 read only when PAIR
+    rows, cols, M, N, K,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PAIR: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, FP32: tl.constexpr,
+):
+    """Returns (A[rows] @ W[cols].T, A[rows] @ W2[cols].T) in fp32; the second only when PAIR (else zeros)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None].to(tl.int64) * stride_am + k[None, :]
+    w_offs = cols[:, None].to(tl.int64) * stride_wn + k[None, :]
+    row_mask, col_mask = (rows < M)[:, None], (cols < N)[:, None]
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs + k0, mask=row_mask, other=0.0)
+        else:
+            a = tl.load(a_ptrs + k0, mask=row_mask & (k0 + k < K)[None, :], other=0.0)
+        w = _weight_tile(w_ptr + w_offs + k0, k0 + k, K, col_mask, EVEN_K, W_FP8, a_ptr.dtype.element_ty)
+        acc = _dot(a, w, acc, FP32)
+        if PAIR:
+            w2 = _weight_tile(w2_ptr + w_offs + k0, k0 + k, K, col_mask, EVEN_K, W_FP8, a_ptr.dtype.element_ty)
+            acc2 = _dot(a, w2, acc2, FP32)
+    return acc, acc2
+
+
+@triton.jit
+def _rmsnorm_rows_kernel(x_ptr, g_ptr, h_ptr, K, stride_xm, eps, BLOCK_K: tl.constexpr):
+    """One row: h = x * rsqrt(mean(x^2) + eps) * g, rounded to x's dtype as the reference rounds it."""
+    row = tl.program_id(0).to(tl.int64)
+    k = tl.arange(0, BLOCK_K)
+    ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        x = tl.load(x_ptr + row * stride_xm + k0 + k, mask=k0 + k < K, other=0.0).to(tl.float32)
+        ss += x * x
+    rstd = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+    for k0 in range(0, K, BLOCK_K):
+        mask = k0 + k < K
+        x = tl.load(x_ptr + row * stride_xm + k0 + k, mask=mask, other=0.0).to(tl.float32)
+        g = tl.load(g_ptr + k0 + k, mask=mask, other=0.0).to(tl.float32)
+        tl.store(h_ptr + row * K + k0 + k, (x * rstd * g).to(h_ptr.dtype.element_ty), mask=mask)
+
+
+def rmsnorm_rows(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
+    """The normalized prompt rows (M, K) that the normed prefill matmuls multiply: a pre-pass, not fused into
+    their dot loop. At 7B on the H100, QKV + SwiGLU at 512 and 4000 tokens took 4862 us with sum(x^2) and the
+    g multiply inside the tl.dot loop, 3335 us with only g inside (the statistic from a pre-pass) and 2897 us
+    with this pre-pass writing the rows (scripts/results/tune_prefill.txt): touching the A operand in
+    registers costs the loop more than the pre-pass's extra 2 x M x K x 2 bytes (16 MB at 4000 tokens)."""
+    m, k = x.shape
+    h = torch.empty((m, k), device=x.device, dtype=x.dtype)
+    _rmsnorm_rows_kernel[(m,)](x, g, h, k, x.stride(0), eps, BLOCK_K=min(1024, triton.next_power_of_2(k)),
+                               num_warps=4)
+    return h
+
+
+@triton.jit
+def _dot(a, w, acc, FP32: tl.constexpr):
+    if FP32:  # tf32 would cost the fp32 path its exactness (the golden tests run it)
+        return tl.dot(a, tl.trans(w), acc, input_precision="ieee")
+    return tl.dot(a, tl.trans(w), acc)
+
+
+@triton.jit
+def _weight_tile(ptrs, k, K, col_mask, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, dtype: tl.constexpr):
+    """A (BLOCK_N, BLOCK_K) tile of W in the activation dtype; FP8 bit patterns are converted in registers."""
+    if EVEN_K:
+        w = tl.load(ptrs, mask=col_mask, other=0)
+    else:
+        w = tl.load(ptrs, mask=col_mask & (k < K)[None, :], other=0)
+    if W_FP8 == 1:
+        w = w.to(tl.float8e5, bitcast=True)
+    elif W_FP8 == 2:
+        w = w.to(tl.float8e4nv, bitcast=True)
+    return w.to(dtype)
+
+
+@triton.jit
+def row_scale(acc, s_ptr, cols, N, W_FP8: tl.constexpr):
+    """E4M3 weights carry one fp32 scale per output column of the tile (a row of W)."""
+    if W_FP8 == 2:
+        acc = acc * tl.load(s_ptr + cols, mask=cols < N, other=0.0)[None, :]
+    return acc
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    group_m: int = 8
+
+
+def tile_config(table: dict[int, TileConfig], m: int, k: int, elem_bytes: int = 2) -> TileConfig:
+    """The launch for the smallest tabled row count >= m (the largest past the end); tiles shrink to the data.
+    The tables are for 2-byte activations; fp32 ones (the exact path the golden tests run) get half as deep
+    K tiles, so the pipeline's buffers still fit in shared memory."""
+    if INTERPRET:  # numpy runs one program at a time: few, large programs
+        return TileConfig(min(64, _pow2(m)), 32, min(64, _pow2(k)), 4, 1)
+    cfg = next((table[bound] for bound in sorted(table) if m <= bound), table[max(table)])
+    block_k = min(cfg.block_k * 2 // elem_bytes, _pow2(k))
+    return TileConfig(min(cfg.block_m, _pow2(m)), cfg.block_n, block_k, cfg.num_warps, cfg.num_stages, cfg.group_m)
+
+
+def _pow2(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))  # tl.dot needs 16 along every side
+
+
+def launch(cfg: TileConfig, m: int, n: int) -> dict:
+    """The grid and the meta-parameters every tiled kernel takes."""
+    return {
+        "grid": (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),),
+        "meta": {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m,
+                 "num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+    }
+
+
+def check_rows(name: str, t: torch.Tensor, k: int) -> None:
+    assert t.dim() == 2 and t.shape[1] == k and t.stride(1) == 1, f"{name}: expected (M, {k}) with rows contiguous"

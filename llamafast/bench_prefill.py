@@ -1,0 +1,90 @@
+"""Prefill benchmark: time to first token and prefill tokens/s at several prompt lengths, per backend, on the
+same weights in one process. Returns data; the CLI prints it.
+
+Time to first token is measured as a user sees it: prompt ids on the host to the first sampled id back on
+the host (upload, chunked prefill, final norm and LM head, sampling, download); median of `reps` runs after
+one warm-up run per length (Triton compilation, cuBLAS heuristics). TFLOP/s counts the matmul and causal
+attention FLOPs a prefill must do (LM head for the last position only).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from llamafast.bench import now, environment
+from llamafast.config import Backend, ModelConfig, SamplingConfig
+from llamafast.generate import PREFILL_CHUNK, Engine
+from llamafast.load import LoadedModel, with_backend
+
+
+@dataclass
+class PrefillResult:
+    backend: str
+    prompt_tokens: int
+    ttft_ms: float  # median
+    ttft_ms_min: float
+    prefill_tokens_per_s: float
+    tflop_s: float
+    speedup: float = 1.0  # reference ttft / this ttft, same length
+
+
+@dataclass
+class PrefillReport:
+    model: str
+    dtype: str
+    chunk: int
+    reps: int
+    environment: dict = field(default_factory=dict)
+    results: list[PrefillResult] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def prefill_flops(c: ModelConfig, n: int) -> float:
+    """2 * tokens * (layer weights) + causal attention (4 D per query-key pair and head) + one LM head row."""
+    per_layer = c.qkv_dim * c.dim + c.dim * c.dim + 3 * c.hidden_dim * c.dim
+    attention = 4.0 * c.head_dim * c.n_heads * n * (n + 1) / 2
+    return c.n_layers * (2.0 * n * per_layer + attention) + 2.0 * c.vocab_size * c.dim
+
+
+def time_prefill(engine: Engine, ids: list[int], reps: int) -> list[float]:
+    """Seconds from prompt ids on the host to the first new token id on the host, `reps` times."""
+    times, device = [], engine.token.device
+    for _ in range(reps):
+        t0 = now(device)
+        engine.prefill(ids)
+        int(engine.token[0])  # the host read waits for the token
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def run_prefill_bench(
+    lm: LoadedModel, backends: list[Backend], lengths: list[int], reps: int = 10, chunk: int = PREFILL_CHUNK
+) -> PrefillReport:
+    """Each backend at each prompt length; speedups are against the reference backend when it ran."""
+    device = lm.model.tok_embeddings.weight.device
+    config = lm.model.config
+    gen = torch.Generator().manual_seed(0)
+    report = PrefillReport(lm.source, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), chunk, reps,
+                           environment(device))
+    for backend in backends:
+        model = with_backend(lm.model, backend)
+        engine = Engine(model, SamplingConfig(temperature=0), max(lengths) + 1, prefill_chunk=chunk)
+        for n in lengths:
+            ids = [1] + torch.randint(3, config.vocab_size, (n - 1,), generator=gen).tolist()
+            time_prefill(engine, ids, 1)  # warm-up
+            times = sorted(time_prefill(engine, ids, reps))
+            median = times[len(times) // 2]
+            report.results.append(PrefillResult(backend.value, n, median * 1e3, times[0] * 1e3, n / median,
+                                                prefill_flops(config, n) / median / 1e12))
+        del engine, model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    ref = {r.prompt_tokens: r.ttft_ms for r in report.results if r.backend == Backend.reference.value}
+    for r in report.results:
+        r.speedup = ref[r.prompt_tokens] / r.ttft_ms if r.prompt_tokens in ref else float("nan")
+    return report
