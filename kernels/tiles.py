@@ -80,7 +80,7 @@ def rmsnorm_rows(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
     """The normalized prompt rows (M, K) that the normed prefill matmuls multiply: a pre-pass, not fused into
     their dot loop. At 7B on the H100, QKV + SwiGLU at 512 and 4000 tokens took 4862 us with sum(x^2) and the
     g multiply inside the tl.dot loop, 3335 us with only g inside (the statistic from a pre-pass) and 2897 us
-    with this pre-pass writing the rows (scripts/results/tune_prefill.txt): touching the A operand in
+    with this pre-pass writing the rows (scripts/results/prefill_norm_modes.txt): touching the A operand in
     registers costs the loop more than the pre-pass's extra 2 x M x K x 2 bytes (16 MB at 4000 tokens)."""
     m, k = x.shape
     h = torch.empty((m, k), device=x.device, dtype=x.dtype)
