@@ -28,7 +28,7 @@ class PrefillResult:
     ttft_ms_min: float
     prefill_tokens_per_s: float
     tflop_s: float
-    speedup: float = 1.0  # reference ttft / this ttft, same length
+    speedup: float | None = None  # reference ttft / this ttft at the same length, when the reference ran
 
 
 @dataclass
@@ -86,5 +86,5 @@ def run_prefill_bench(
             torch.cuda.empty_cache()
     ref = {r.prompt_tokens: r.ttft_ms for r in report.results if r.backend == Backend.reference.value}
     for r in report.results:
-        r.speedup = ref[r.prompt_tokens] / r.ttft_ms if r.prompt_tokens in ref else float("nan")
+        r.speedup = ref[r.prompt_tokens] / r.ttft_ms if r.prompt_tokens in ref else None
     return report

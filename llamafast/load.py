@@ -68,6 +68,13 @@ def resolve_backend(backend: Backend | None, device: torch.device) -> Backend:
     return backend
 
 
+def inspect_model(path: Path | None, tokenizer: Path | None = None) -> tuple[ModelConfig, Tokenizer]:
+    """The checkpoint's shape and tokenizer from its headers alone: no weights are read, nothing touches the
+    device, so a prompt can be checked against the context before the expensive part."""
+    ckpt = open_checkpoint(path or bundled_model(), tokenizer)
+    return ckpt.config, _tokenizer(ckpt)
+
+
 def load_model(
     path: Path | None,
     tokenizer: Path | None = None,

@@ -1,8 +1,8 @@
 """Sweeps the prefill kernels' launch settings at Llama-2-7B shapes, then the prefill chunk size.
 
 For each tiled kernel and prompt length, every candidate TileConfig is timed (two input sets, in a CUDA graph)
-and the fastest printed; then the FlashAttention kernel's (BLOCK_M, BLOCK_N, warps, stages) at 4096 tokens; then time to first token
-at 4,000 tokens for several chunk sizes, with all the winners in place.
+and the fastest printed; then the FlashAttention kernel's (BLOCK_M, BLOCK_N, warps, stages) at 4096 tokens;
+then time to first token at 4,000 tokens for several chunk sizes, with all the winners in place.
 
     PYTHONPATH=. python scripts/tune_prefill.py [--out FILE.json]
 """
@@ -36,8 +36,10 @@ QKV = [T(128, 256, 64, 8, 3), T(128, 256, 64, 8, 4), T(128, 128, 64, 8, 4), T(12
 SWIGLU = [T(128, 128, 64, 8, 4), T(128, 128, 64, 8, 3), T(64, 128, 64, 4, 3), T(128, 64, 64, 4, 4)]
 PLAIN = [T(128, 256, 64, 8, 3), T(128, 128, 64, 8, 4), T(128, 64, 64, 4, 4), T(64, 128, 64, 4, 4), T(64, 64, 64, 4, 4)]
 FLASH = [FlashConfig(64, 64, 4, 3), FlashConfig(128, 128, 8, 3), FlashConfig(128, 64, 8, 3)]
-KERNELS = [("prefill_qkv_rope", prefill_qkv_rope, QKV), ("prefill_swiglu", prefill_swiglu, SWIGLU),
-           ("prefill_linear_residual[wo]", prefill_linear, PLAIN), ("prefill_linear_residual[w2]", prefill_linear, PLAIN)]
+KERNELS = [
+    ("prefill_qkv_rope", prefill_qkv_rope, QKV), ("prefill_swiglu", prefill_swiglu, SWIGLU),
+    ("prefill_linear_residual[wo]", prefill_linear, PLAIN), ("prefill_linear_residual[w2]", prefill_linear, PLAIN),
+]
 LENGTHS = [128, 512, 4000]
 CHUNKS = [1024, 2048, 4096]
 
@@ -88,7 +90,8 @@ def main() -> None:
         torch.cuda.reset_peak_memory_stats()
         time_prefill(engine, ids, 1)
         times = sorted(time_prefill(engine, ids, 7))
-        rows.append({"chunk": chunk, "ttft_ms_4000": times[3] * 1e3, "peak_gb": torch.cuda.max_memory_allocated() / 1e9})
+        peak = torch.cuda.max_memory_allocated() / 1e9
+        rows.append({"chunk": chunk, "ttft_ms_4000": times[3] * 1e3, "peak_gb": peak})
         print(f"chunk {chunk}: ttft at 4000 tokens {times[3] * 1e3:.2f} ms (min {times[0] * 1e3:.2f})")
         del engine
     if a.out:

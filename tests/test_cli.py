@@ -151,6 +151,17 @@ def test_prompt_plus_new_tokens_beyond_context():
     _assert_clean_error(_run("generate", "Once upon a time " * 100, "--max-new-tokens", "256"), "--max-new-tokens")
 
 
+def test_prompt_refused_before_the_weights_load(monkeypatch):
+    """The context check runs on the tokenizer and the checkpoint's header: no weights read, no GPU touched."""
+    import llamafast.cli
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("load_model ran before the prompt was checked")
+
+    monkeypatch.setattr(llamafast.cli, "load_model", no_load)
+    _assert_clean_error(_run("generate", "Once upon a time " * 100, "--max-new-tokens", "256"), "--max-new-tokens")
+
+
 @requires_stories
 def test_corrupt_tokenizer(tmp_path):
     shutil.copytree(STORIES / "hf", tmp_path / "hf")
@@ -169,6 +180,21 @@ def test_corrupt_tokenizer(tmp_path):
 )
 def test_bad_options(args, needle):
     _assert_clean_error(_run("generate", "hi", *args), needle)
+
+
+def test_bench_prefill_on_cpu_tiny():
+    r = _run("bench", "--random-weights", "--shape", "stories260K", "--prefill", "--prompt-lens", "3,40", "--reps",
+             "2", "--chunk", "16", "--json")
+    assert r.exit_code == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["chunk"] == 16 and [x["prompt_tokens"] for x in report["results"]] == [3, 40]
+    assert all(x["backend"] == "reference" and x["ttft_ms"] > 0 and x["tflop_s"] > 0 for x in report["results"])
+
+
+@pytest.mark.parametrize("lens,needle", [("a,5", "comma-separated"), ("0", "at least 1"), ("600", "context is 512")])
+def test_bench_prefill_bad_lengths(lens, needle):
+    _assert_clean_error(_run("bench", "--random-weights", "--shape", "stories260K", "--prefill", "--prompt-lens", lens),
+                        needle)
 
 
 def test_bench_random_weights_needs_shape():
