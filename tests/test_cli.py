@@ -184,7 +184,7 @@ def test_bad_options(args, needle):
 
 def test_bench_prefill_on_cpu_tiny():
     r = _run("bench", "--random-weights", "--shape", "stories260K", "--prefill", "--prompt-lens", "3,40", "--reps",
-             "2", "--chunk", "16", "--json")
+             "2", "--chunk", "16", "--device", "cpu", "--json")
     assert r.exit_code == 0, r.stderr
     report = json.loads(r.stdout)
     assert report["chunk"] == 16 and [x["prompt_tokens"] for x in report["results"]] == [3, 40]
