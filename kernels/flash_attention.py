@@ -33,7 +33,7 @@ class FlashConfig:
 
 
 # head_dim -> launch (scripts/tune_prefill.py, scripts/results/tune_prefill.txt). H100, bf16, causal 4096 x 32
-# heads: 318.8 us = 431 TFLOP/s; 128 x 128 blocks with 8 warps 346.4 us, 128 x 64 with 8 warps 355.0 us.
+# heads: 331.9 us = 414 TFLOP/s; 128 x 128 blocks with 8 warps 345.2 us, 128 x 64 with 8 warps 347.5 us.
 CONFIGS: dict[int, FlashConfig] = {128: FlashConfig(64, 64, 4, 3)}
 DEFAULT = FlashConfig(64, 64, 4, 2)
 

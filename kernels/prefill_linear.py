@@ -17,8 +17,8 @@ from .gemv import check_vector, fp8_code
 from .tiles import TileConfig, check_rows, dot_tiles, launch, rmsnorm_rows, row_scale, tile_config, tile_ids
 
 # Row count bound -> launch, shared by wo and w2 (scripts/tune_prefill.py, scripts/results/tune_prefill.txt).
-# H100, 7B bf16: wo 38.8 us = 443 TFLOP/s and w2 88.0 us = 525 TFLOP/s at 512 tokens; 223.3 us = 601 and
-# 560.8 us = 643 TFLOP/s at 4000.
+# H100, 7B bf16: wo 39.7 us = 433 TFLOP/s and w2 92.6 us = 498 TFLOP/s at 512 tokens; 227.2 us = 591 and
+# 564.1 us = 639 TFLOP/s at 4000.
 CONFIGS: dict[int, TileConfig] = {
     256: TileConfig(64, 64, 64, 4, 4),
     1024: TileConfig(128, 128, 64, 8, 4),

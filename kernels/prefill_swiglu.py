@@ -19,7 +19,7 @@ from .tiles import TileConfig, check_rows, dot_tiles, launch, rmsnorm_rows, row_
 
 # Row count bound -> launch (scripts/tune_prefill.py, scripts/results/tune_prefill.txt). Two fp32
 # accumulators per tile: a 128 x 128 tile needs 8 warps to hold them.
-# H100, 7B bf16: 168.9 us = 547 TFLOP/s at 512 tokens, 1166.9 us = 618 TFLOP/s at 4000.
+# H100, 7B bf16: 169.9 us = 544 TFLOP/s at 512 tokens, 1138.9 us = 633 TFLOP/s at 4000.
 CONFIGS: dict[int, TileConfig] = {
     4096: TileConfig(128, 128, 64, 8, 4),
 }

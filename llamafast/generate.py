@@ -21,10 +21,10 @@ from llamafast.tokenizer import StopMatcher, StreamDecoder, Tokenizer
 
 
 # Prompt tokens per forward pass. H100, 7B bf16, time to first token of a 4,000-token prompt (triton backend,
-# median of 7; scripts/results/tune_prefill.txt): chunks of 1024 120.3 ms, 2048 112.3 ms, 4096 (one pass)
-# 112.4 ms; an earlier run 120.3, 111.6 and 110.4 ms (tune_prefill_earlier.txt); back to back, 2048 114.6-115.5
-# ms against 4096 113.6 ms (median of 10, prefill_chunk_ab.txt). 2048 is the knee: within 1.5% of one pass,
-# with half the activations per pass.
+# median of 7) in chunks of 1024 / 2048 / 4096 (one pass), three runs of scripts/tune_prefill.py:
+# 120.3 / 111.6 / 110.4 ms (tune_prefill_earlier.txt), 120.3 / 112.3 / 112.4 (tune_prefill_run2.txt),
+# 122.5 / 113.3 / 111.6 (tune_prefill.txt); back to back, 2048 114.6-115.5 ms against 4096 113.6 ms (median
+# of 10, prefill_chunk_ab.txt). 2048 is the knee: within 0-1.5% of one pass, with half the activations per pass.
 PREFILL_CHUNK = 2048
 
 

@@ -48,6 +48,8 @@ def resolve_device(name: str | None) -> torch.device:
         raise LlamafastError(f"unknown device {name!r}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise LlamafastError("--device cuda was asked for, but PyTorch sees no CUDA GPU")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise LlamafastError(f"--device {name}: PyTorch sees {torch.cuda.device_count()} CUDA GPU(s)")
     return device
 
 
