@@ -14,7 +14,9 @@ import triton
 import triton.language as tl
 
 from .gemv import check_vector, fp8_code
-from .tiles import TileConfig, check_rows, dot_tiles, launch, rmsnorm_rows, row_scale, tile_config, tile_ids
+from .tiles import (
+    TileConfig, check_rows, dot_tiles, launch, operands, rmsnorm_rows, row_scale, tile_config, tile_offsets,
+)
 
 # Row count bound -> launch, shared by wo and w2 (scripts/tune_prefill.py, scripts/results/tune_prefill.txt).
 # H100, 7B bf16: wo 39.7 us = 433 TFLOP/s and w2 92.6 us = 498 TFLOP/s at 512 tokens; 227.2 us = 591 and
@@ -31,11 +33,12 @@ def _prefill_linear_kernel(
     x_ptr, w_ptr, s_ptr, res_ptr, out_ptr,  # x (M, K), W (N, K), E4M3 scales (N,), residual and out (M, N)
     M, N, K, stride_xm, stride_wn,
     RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, FP32: tl.constexpr,
+    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, FP32: tl.constexpr, TMA: tl.constexpr,
 ):
-    rows, cols = tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc, _ = dot_tiles(x_ptr, stride_xm, w_ptr, w_ptr, stride_wn, rows, cols, M, N, K,
-                       BLOCK_M, BLOCK_N, BLOCK_K, False, EVEN_K, W_FP8, FP32)
+    off_m, off_n = tile_offsets(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc, _ = dot_tiles(x_ptr, stride_xm, w_ptr, w_ptr, stride_wn, off_m, off_n, M, N, K,
+                       BLOCK_M, BLOCK_N, BLOCK_K, False, EVEN_K, W_FP8, FP32, TMA)
+    rows, cols = off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
     acc = row_scale(acc, s_ptr, cols, N, W_FP8)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     offs = rows[:, None].to(tl.int64) * N + cols[None, :]
@@ -71,8 +74,9 @@ def matmul(x, w, w_scale, residual, out, configs: dict[int, TileConfig] | None =
     (m, k), n = x.shape, w.shape[0]
     cfg = tile_config(configs or CONFIGS, m, k, x.element_size())
     run = launch(cfg, m, n)
+    (a, wt), tma = operands(x, [w], cfg)
     _prefill_linear_kernel[run["grid"]](
-        x, w, w if w_scale is None else w_scale, out if residual is None else residual, out, m, n, k, x.stride(0),
+        a, wt, w if w_scale is None else w_scale, out if residual is None else residual, out, m, n, k, x.stride(0),
         w.stride(0), RESIDUAL=residual is not None, EVEN_K=k % cfg.block_k == 0, W_FP8=fp8_code(w, w_scale),
-        FP32=x.dtype == torch.float32, **run["meta"],
+        FP32=x.dtype == torch.float32, TMA=tma, **run["meta"],
     )

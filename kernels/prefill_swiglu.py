@@ -15,7 +15,9 @@ import triton
 import triton.language as tl
 
 from .gemv import check_vector, fp8_code
-from .tiles import TileConfig, check_rows, dot_tiles, launch, rmsnorm_rows, row_scale, tile_config, tile_ids
+from .tiles import (
+    TileConfig, check_rows, dot_tiles, launch, operands, rmsnorm_rows, row_scale, tile_config, tile_offsets,
+)
 
 # Row count bound -> launch (scripts/tune_prefill.py, scripts/results/tune_prefill.txt). Two fp32
 # accumulators per tile: a 128 x 128 tile needs 8 warps to hold them.
@@ -30,11 +32,12 @@ def _prefill_swiglu_kernel(
     h_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr,  # h (M, C) normalized; W1, W3 (F, C), E4M3 scales (F,); out (M, F)
     M, F, C, stride_hm, stride_wn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, W_FP8: tl.constexpr, FP32: tl.constexpr,
+    EVEN_K: tl.constexpr, W_FP8: tl.constexpr, FP32: tl.constexpr, TMA: tl.constexpr,
 ):
-    rows, cols = tile_ids(M, F, BLOCK_M, BLOCK_N, GROUP_M)
-    gate, up = dot_tiles(h_ptr, stride_hm, w1_ptr, w3_ptr, stride_wn, rows, cols, M, F, C,
-                         BLOCK_M, BLOCK_N, BLOCK_K, True, EVEN_K, W_FP8, FP32)
+    off_m, off_n = tile_offsets(M, F, BLOCK_M, BLOCK_N, GROUP_M)
+    gate, up = dot_tiles(h_ptr, stride_hm, w1_ptr, w3_ptr, stride_wn, off_m, off_n, M, F, C,
+                         BLOCK_M, BLOCK_N, BLOCK_K, True, EVEN_K, W_FP8, FP32, TMA)
+    rows, cols = off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
     gate = row_scale(gate, s1_ptr, cols, F, W_FP8)
     up = row_scale(up, s3_ptr, cols, F, W_FP8)
     out = gate * tl.sigmoid(gate) * up
@@ -54,9 +57,11 @@ def prefill_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None):
     h = rmsnorm_rows(x, norm_w, eps)
     cfg = tile_config(CONFIGS, m, c, x.element_size())
     run = launch(cfg, m, f)
+    (a, w1t, w3t), tma = operands(h, [w1, w3], cfg)
     _prefill_swiglu_kernel[run["grid"]](
-        h, w1, w3, w1 if w1_scale is None else w1_scale, w3 if w3_scale is None else w3_scale, out,
+        a, w1t, w3t, w1 if w1_scale is None else w1_scale, w3 if w3_scale is None else w3_scale, out,
         m, f, c, h.stride(0), w1.stride(0),
-        EVEN_K=c % cfg.block_k == 0, W_FP8=fp8_code(w1, w1_scale), FP32=x.dtype == torch.float32, **run["meta"],
+        EVEN_K=c % cfg.block_k == 0, W_FP8=fp8_code(w1, w1_scale), FP32=x.dtype == torch.float32, TMA=tma,
+        **run["meta"],
     )
     return out
