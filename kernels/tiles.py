@@ -50,22 +50,22 @@ def dot_tiles(
             acc = tl.dot(a, w_ptr.load([off_n, k0]).T, acc)
             if PAIR:
                 acc2 = tl.dot(a, w2_ptr.load([off_n, k0]).T, acc2)
-        return acc, acc2
-    rows, cols = off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
-    k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rows[:, None].to(tl.int64) * stride_am + k[None, :]
-    w_offs = cols[:, None].to(tl.int64) * stride_wn + k[None, :]
-    row_mask, col_mask = (rows < M)[:, None], (cols < N)[:, None]
-    for k0 in range(0, K, BLOCK_K):
-        if EVEN_K:
-            a = tl.load(a_ptrs + k0, mask=row_mask, other=0.0)
-        else:
-            a = tl.load(a_ptrs + k0, mask=row_mask & (k0 + k < K)[None, :], other=0.0)
-        w = _weight_tile(w_ptr + w_offs + k0, k0 + k, K, col_mask, EVEN_K, W_FP8, a_ptr.dtype.element_ty)
-        acc = _dot(a, w, acc, FP32)
-        if PAIR:
-            w2 = _weight_tile(w2_ptr + w_offs + k0, k0 + k, K, col_mask, EVEN_K, W_FP8, a_ptr.dtype.element_ty)
-            acc2 = _dot(a, w2, acc2, FP32)
+    else:  # pointer loads (a constexpr branch: neither path is compiled into the other)
+        rows, cols = off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
+        k = tl.arange(0, BLOCK_K)
+        a_ptrs = a_ptr + rows[:, None].to(tl.int64) * stride_am + k[None, :]
+        w_offs = cols[:, None].to(tl.int64) * stride_wn + k[None, :]
+        row_mask, col_mask = (rows < M)[:, None], (cols < N)[:, None]
+        for k0 in range(0, K, BLOCK_K):
+            if EVEN_K:
+                a = tl.load(a_ptrs + k0, mask=row_mask, other=0.0)
+            else:
+                a = tl.load(a_ptrs + k0, mask=row_mask & (k0 + k < K)[None, :], other=0.0)
+            dtype = a_ptr.dtype.element_ty
+            acc = _dot(a, _weight_tile(w_ptr + w_offs + k0, k0 + k, K, col_mask, EVEN_K, W_FP8, dtype), acc, FP32)
+            if PAIR:
+                w2 = _weight_tile(w2_ptr + w_offs + k0, k0 + k, K, col_mask, EVEN_K, W_FP8, dtype)
+                acc2 = _dot(a, w2, acc2, FP32)
     return acc, acc2
 
 
