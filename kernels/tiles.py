@@ -153,12 +153,21 @@ def _pow2(n: int) -> int:
     return max(16, triton.next_power_of_2(n))  # tl.dot needs 16 along every side
 
 
+# Fewest rows for TMA loads. Each launch with descriptors spends more host time (the descriptors are built and
+# encoded per call): with TMA at every length, 7B prefill at 512 tokens became launch-bound (time to first
+# token 22.95 ms, against 14.65 with pointer loads) while 4000 tokens went from 115.79 to 105.03 ms
+# (scripts/results/bench_prefill_7b_tma_all.txt, bench_prefill_7b_earlier*.txt).
+TMA_MIN_ROWS = 1024
+
+
 def use_tma(x: torch.Tensor, w: torch.Tensor) -> bool:
     """TMA tile loads (Hopper and newer) for 2-byte activations and weights of the same dtype, with 16-byte
-    aligned rows; FP8 weights, fp32 and the interpreter take the pointer loads. H100, 7B bf16: SwiGLU 996.6 us
-    = 724 TFLOP/s at 4000 tokens against 1224.8 us with pointer loads, w2 74.0 against 92.1 us at 512 tokens
+    aligned rows, from TMA_MIN_ROWS rows; FP8 weights, fp32 and the interpreter take the pointer loads. H100,
+    7B bf16: SwiGLU 996.6 us = 724 TFLOP/s at 4000 tokens against 1224.8 us with pointer loads
     (scripts/results/tma_probe.txt)."""
     if INTERPRET or not x.is_cuda or x.dtype not in (torch.bfloat16, torch.float16) or w.dtype != x.dtype:
+        return False
+    if x.shape[0] < TMA_MIN_ROWS:
         return False
     aligned = all(t.stride(1) == 1 and t.stride(0) * 2 % 16 == 0 and t.data_ptr() % 16 == 0 for t in (x, w))
     return aligned and torch.cuda.get_device_capability(x.device) >= (9, 0)

@@ -9,7 +9,9 @@ import torch
 from llamafast.kernels import PREFILL
 from llamafast.quant import FP8Format
 
-from .common import DEVICE, DOT_DTYPES, FP8, SHAPES, tolerance
+from llamafast.kernels.tiles import TMA_MIN_ROWS
+
+from .common import DEVICE, DOT_DTYPES, FP8, ON_GPU, SHAPES, tolerance
 
 # (M, pos): one token, a block and a bit, a chunk after earlier chunks.
 LENGTHS = [(1, 0), (37, 0), (70, 19)]
@@ -56,6 +58,28 @@ def test_qkv_rope_matches_reference(config, dtype, m, pos, fp8):
     torch.testing.assert_close(q, q_ref, **tol)
     torch.testing.assert_close(k_cache, k_ref, **tol)  # positions pos.. written, the rest untouched
     torch.testing.assert_close(v_cache, v_ref, **tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("config", [c for c in SHAPES if c.id in ("stories260K", "odd", "llama-2-7b")])
+@pytest.mark.parametrize("name", ["prefill_qkv_rope", *MATMULS])
+def test_tma_rows(name, config, dtype):
+    """Past TMA_MIN_ROWS the matmuls load tiles through tensor descriptors (on Hopper): an odd row count, so the
+    last row tile hangs over the edge, and K not a multiple of BLOCK_K for the odd shape."""
+    m = TMA_MIN_ROWS + 77
+    spec = PREFILL[name]
+    args, kw = spec.make_inputs(config, dtype, DEVICE, m, 5, None)
+    if name == "prefill_qkv_rope":
+        ref_caches = [t.clone() for t in args[6:8]]
+        ref_args = (*args[:6], *ref_caches, args[8])
+        torch.testing.assert_close(spec.kernel(*args, **kw), spec.reference(*ref_args, **kw), **tolerance(dtype))
+        torch.testing.assert_close(args[6], ref_caches[0], **tolerance(dtype))
+        torch.testing.assert_close(args[7], ref_caches[1], **tolerance(dtype))
+        return
+    got, want = spec.kernel(*args, **kw), spec.reference(*args, **kw)
+    torch.testing.assert_close(got, want, **prefill_tolerance(name, dtype, None))
 
 
 def test_qkv_rope_writes_only_the_chunk(tiny_config):
