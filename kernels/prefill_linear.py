@@ -19,11 +19,12 @@ from .tiles import (
 )
 
 # Row count bound -> launch, shared by wo and w2 (scripts/tune_prefill.py, scripts/results/tune_prefill.txt).
-# H100, 7B bf16: wo 39.7 us = 433 TFLOP/s and w2 92.6 us = 498 TFLOP/s at 512 tokens; 227.2 us = 591 and
-# 564.1 us = 639 TFLOP/s at 4000.
+# H100, 7B bf16, pointer loads (tune_prefill.txt): wo 39.7 us = 433 TFLOP/s and w2 92.6 us = 498 TFLOP/s at 512
+# tokens. With TMA at 4000 (prefill_kernels_7b_tma_all.txt): wo 249.9 us, w2 613.3 us; tune_prefill_tma.txt
+# found 128 x 256 tiles faster there (194.8 and 473.2 us), not yet confirmed end to end.
 CONFIGS: dict[int, TileConfig] = {
     256: TileConfig(64, 64, 64, 4, 4),
-    4096: TileConfig(128, 128, 64, 8, 4),  # with TMA; pointer loads were fastest with 128 x 256 at 4000 tokens
+    4096: TileConfig(128, 128, 64, 8, 4),
 }
 
 

@@ -24,9 +24,9 @@ from .prefill_linear import matmul
 from .tiles import TileConfig, check_rows, rmsnorm_rows
 
 # Row count bound -> matmul launch (scripts/tune_prefill.py, scripts/results/tune_prefill.txt).
-# H100, 7B bf16: the whole op (norm, matmul, pass) 55.0 us at 128 tokens, 116.5 us at 512, 834.5 us at 4000
-# (with 128 x 256 tiles there; 128 x 128 won tune_prefill_run2.txt by as little); the matmul alone 99.8 us =
-# 516 TFLOP/s at 512 and 724 us = 556 TFLOP/s at 4000 (qkv_probe.txt).
+# H100, 7B bf16, the whole op (norm, matmul, pass): pointer loads 55.0 us at 128 tokens and 116.5 us at 512
+# (tune_prefill.txt); TMA at 4000 775.3 us (prefill_kernels_7b_tma_all.txt; 743.5 with 128 x 256 tiles in
+# tune_prefill_tma.txt, not yet confirmed end to end).
 CONFIGS: dict[int, TileConfig] = {
     4096: TileConfig(128, 128, 64, 8, 4),
 }

@@ -21,7 +21,8 @@ from .tiles import (
 
 # Row count bound -> launch (scripts/tune_prefill.py, scripts/results/tune_prefill.txt). Two fp32
 # accumulators per tile: a 128 x 128 tile needs 8 warps to hold them.
-# H100, 7B bf16: 169.9 us = 544 TFLOP/s at 512 tokens, 1138.9 us = 633 TFLOP/s at 4000.
+# H100, 7B bf16: 169.9 us = 544 TFLOP/s at 512 tokens with pointer loads (tune_prefill.txt), 981.8 us = 735
+# TFLOP/s at 4000 with TMA (tune_prefill_tma.txt).
 CONFIGS: dict[int, TileConfig] = {
     4096: TileConfig(128, 128, 64, 8, 4),
 }

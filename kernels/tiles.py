@@ -155,8 +155,8 @@ def _pow2(n: int) -> int:
 
 # Fewest rows for TMA loads. Each launch with descriptors spends more host time (the descriptors are built and
 # encoded per call): with TMA at every length, 7B prefill at 512 tokens became launch-bound (time to first
-# token 22.95 ms, against 14.65 with pointer loads) while 4000 tokens went from 115.79 to 105.03 ms
-# (scripts/results/bench_prefill_7b_tma_all.txt, bench_prefill_7b_earlier*.txt).
+# token 22.95 ms, against 14.65 with pointer loads) while 4000 tokens went from 115.79 to 105.03 ms and 2048
+# from 55.49 to 51.12 (scripts/results/bench_prefill_7b_tma_all.txt against bench_prefill_7b_pointer.txt).
 TMA_MIN_ROWS = 1024
 
 
