@@ -15,7 +15,7 @@ from llamafast.bench import BenchReport, copy_bandwidth, environment, run_bench
 from llamafast.bench_kernels import bench_kernels
 from llamafast.bench_prefill import run_prefill_bench
 from llamafast.cli_common import (
-    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, TokenizerOpt, check_context, clean_errors,
+    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context, clean_errors,
     device_or_default, path_or, pick, preset, progress_bar, stdout_console,
 )
 from llamafast.config import Backend, DType, model_config
