@@ -22,7 +22,7 @@ from llamafast.cli_convert import convert_fp8
 from llamafast.config import Backend, SamplingConfig
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine, generate as generate_text
-from llamafast.load import DECODE_MODES, inspect_model, load_model
+from llamafast.load import DECODE_MODES, load_model, open_model
 from llamafast.quant import FP8Format
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
@@ -68,12 +68,12 @@ def generate(
             raise LlamafastError("--max-new-tokens must be at least 1")
         text = read_prompt(prompt, prompt_file)
         dev = device_or_default(pick(device, run.device))
-        model_path, tok_path = path_or(model, run.model), path_or(tokenizer, run.tokenizer)
-        config, tok = inspect_model(model_path, tok_path)  # refuse a prompt that does not fit before loading
+        opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
+        tok = opened.tokenizer
         ids = tok.chat(text, system) if chat else tok.encode(text)
-        check_context(len(ids), max_new, config.max_seq_len)
+        check_context(len(ids), max_new, opened.config.max_seq_len)  # refused before any weights load
         with progress_bar() as update:
-            lm = load_model(model_path, tok_path, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
+            lm = load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
                             fp8_format if fp8 else None)
         engine = Engine(lm.model, sampling, len(ids) + max_new, DECODE_MODES[lm.backend])
         if echo and not json_out:

@@ -21,7 +21,7 @@ from llamafast.cli_common import (
 from llamafast.config import Backend, DType, model_config
 from llamafast.errors import LlamafastError
 from llamafast.generate import PREFILL_CHUNK
-from llamafast.load import inspect_model, load_model, quantized, random_model
+from llamafast.load import OpenedModel, load_model, open_model, quantized, random_model
 from llamafast.quant import FP8Format
 
 
@@ -56,17 +56,18 @@ def bench(
         if kernels:
             return _bench_kernels(pick(shape, run.shape) or "llama-2-7b", dev, pick(dtype, DType.bfloat16), context,
                                   fmt, json_out, out)
-        max_seq_len = _context(run, model, tokenizer, random_weights, shape)  # checked before any weights load
+        source = _source(run, model, tokenizer, random_weights, shape)  # checked before any weights load
+        max_seq_len = model_config(source).max_seq_len if isinstance(source, str) else source.config.max_seq_len
         if prefill:
             lengths = _lengths(prompt_lens, max_seq_len)
-            lm = _bench_model(run, model, tokenizer, random_weights, shape, dev, dtype)
+            lm = _bench_model(run, source, dev, dtype)
             return _bench_prefill(lm, backend, lengths, reps, chunk, json_out, out)
         n_prompt, n_new = pick(prompt_len, run.prompt_len), pick(new_tokens, run.max_new_tokens)
         if n_prompt < 1 or n_new < 2:
             raise LlamafastError("--prompt-len must be at least 1 and --new-tokens at least 2")
         check_context(n_prompt, n_new, max_seq_len)
         default = [Backend.triton] if fp8 else list(Backend) if dev.type == "cuda" else [Backend.reference]
-        lm = _bench_model(run, model, tokenizer, random_weights, shape, dev, dtype)
+        lm = _bench_model(run, source, dev, dtype)
         models = [lm, quantized(lm, fmt)] if fmt else [lm]
         report = run_bench(models, backend or default, n_prompt, n_new)
         if out is not None:
@@ -110,27 +111,25 @@ def _bench_prefill(lm, backends, lengths: list[int], reps: int, chunk: int, json
     console.print(table)
 
 
-def _context(run, model, tokenizer, random_weights, shape) -> int:
-    """The context of the model bench will run, from its shape name or its checkpoint's header; also checks
-    the model options, so that both happen before any weights load."""
+def _source(run, model, tokenizer, random_weights, shape) -> str | OpenedModel:
+    """What bench will run: a shape name for random weights, or the checkpoint opened from its header. The
+    model options are checked here, before any weights load."""
     shape = pick(shape, run.shape)
     if random_weights or run.random_weights:
         if shape is None:
             raise LlamafastError("--random-weights needs --shape (llama-2-7b, llama-2-13b, llama-2-70b, stories260K)")
-        return model_config(shape).max_seq_len
+        return shape
     if shape is not None:
         raise LlamafastError("--shape only applies with --random-weights")
-    return inspect_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))[0].max_seq_len
+    return open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
 
 
-def _bench_model(run, model, tokenizer, random_weights, shape, dev, dtype):
-    """Random weights of --shape or the checkpoint; _context has checked the options."""
-    if random_weights or run.random_weights:
-        shape = pick(shape, run.shape)
-        return random_model(shape, dev, pick(dtype, DType.bfloat16 if dev.type == "cuda" else DType.float32))
+def _bench_model(run, source: str | OpenedModel, dev, dtype):
+    """Random weights of a shape, or the opened checkpoint's weights."""
+    if isinstance(source, str):
+        return random_model(source, dev, pick(dtype, DType.bfloat16 if dev.type == "cuda" else DType.float32))
     with progress_bar() as update:
-        return load_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer), dev, pick(dtype, run.dtype),
-                          None, update)
+        return load_model(source, None, dev, pick(dtype, run.dtype), None, update)
 
 
 def _bench_kernels(shape, dev, dtype: DType, context: int, fp8, json_out: bool, out: Path | None) -> None:

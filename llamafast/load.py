@@ -70,15 +70,26 @@ def resolve_backend(backend: Backend | None, device: torch.device) -> Backend:
     return backend
 
 
-def inspect_model(path: Path | None, tokenizer: Path | None = None) -> tuple[ModelConfig, Tokenizer]:
-    """The checkpoint's shape and tokenizer from its headers alone: no weights are read, nothing touches the
-    device, so a prompt can be checked against the context before the expensive part."""
+@dataclass
+class OpenedModel:
+    """A checkpoint opened from its headers alone, with its tokenizer: no weights read, nothing on the device,
+    so a prompt can be checked against the context before the expensive part; load_model takes it as is."""
+
+    checkpoint: Checkpoint
+    tokenizer: Tokenizer
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.checkpoint.config
+
+
+def open_model(path: Path | None, tokenizer: Path | None = None) -> OpenedModel:
     ckpt = open_checkpoint(path or bundled_model(), tokenizer)
-    return ckpt.config, _tokenizer(ckpt)
+    return OpenedModel(ckpt, _tokenizer(ckpt))
 
 
 def load_model(
-    path: Path | None,
+    source: Path | OpenedModel | None,
     tokenizer: Path | None = None,
     device: torch.device | None = None,
     dtype: DType = DType.auto,
@@ -86,12 +97,13 @@ def load_model(
     progress: Progress | None = None,
     fp8: FP8Format | None = None,
 ) -> LoadedModel:
-    """Opens and validates the checkpoint, then streams its tensors to the device into a model built on meta.
-    fp8 quantizes a float checkpoint's linear weights as they load; FP8 checkpoints are detected by themselves."""
+    """Opens and validates the checkpoint (unless source is already open_model's), then streams its tensors to
+    the device into a model built on meta. fp8 quantizes a float checkpoint's linear weights as they load;
+    FP8 checkpoints are detected by themselves."""
     t0 = time.perf_counter()
     device = device or resolve_device(None)
-    ckpt = open_checkpoint(path or bundled_model(), tokenizer)
-    tok = _tokenizer(ckpt)
+    opened = source if isinstance(source, OpenedModel) else open_model(source, tokenizer)
+    ckpt, tok = opened.checkpoint, opened.tokenizer
     torch_dtype = resolve_dtype(dtype, device, checkpoint_dtype(ckpt))
     state = load_state(ckpt, device, torch_dtype, progress, fp8)
     backend = resolve_backend(backend, device)
