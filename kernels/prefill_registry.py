@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from llamafast import reference
+from llamafast.bench_prefill import attention_flops
 from llamafast.config import ModelConfig
 from llamafast.model import rope_tables
 from llamafast.quant import FP8Format
@@ -20,7 +21,7 @@ from .flash_attention import flash_attention
 from .prefill_linear import prefill_linear_residual, prefill_lm_head
 from .prefill_qkv_rope import prefill_qkv_rope
 from .prefill_swiglu import prefill_swiglu
-from .registry import Inputs, rand, weight
+from .registry import Inputs, cache, lm_head_inputs, norm_inputs, rand, residual_inputs, swiglu_inputs, weight
 
 
 @dataclass(frozen=True)
@@ -38,53 +39,29 @@ def _cache_len(m: int, pos: int) -> int:
     return -(-(m + pos) // 64) * 64
 
 
-def _x(c: ModelConfig, m: int, dtype, device):
-    return rand(m, c.dim, dtype=dtype, device=device), rand(c.dim, dtype=dtype, device=device, scale=0.2) + 1
-
-
 def _qkv_inputs(c: ModelConfig, dtype, device, m, pos, fp8=None):
     smax = _cache_len(m, pos)
     cos, sin = rope_tables(c.head_dim, smax, c.rope_theta, device)
     w, s = weight(c.qkv_dim, c.dim, dtype, device, fp8)
-    caches = [rand(c.n_kv_heads, smax, c.head_dim, dtype=dtype, device=device) for _ in range(2)]
+    caches = [cache(c, dtype, device, smax) for _ in range(2)]
     position = torch.tensor(pos, device=device)
-    return (*_x(c, m, dtype, device), w, cos, sin, position, *caches, c.norm_eps), {"wqkv_scale": s}
+    return (*norm_inputs(c, dtype, device, m), w, cos, sin, position, *caches, c.norm_eps), {"wqkv_scale": s}
 
 
 def _attention_inputs(c: ModelConfig, dtype, device, m, pos, fp8=None):
     smax = _cache_len(m, pos)
     q = rand(m, c.n_heads, c.head_dim, dtype=dtype, device=device)
-    caches = [rand(c.n_kv_heads, smax, c.head_dim, dtype=dtype, device=device) for _ in range(2)]
+    caches = [cache(c, dtype, device, smax) for _ in range(2)]
     return (q, *caches, torch.tensor(pos, device=device)), {}
 
 
-def _residual_inputs(n_in: Callable[[ModelConfig], int]):
-    def make(c: ModelConfig, dtype, device, m, pos, fp8=None):
-        x, res = rand(m, n_in(c), dtype=dtype, device=device), rand(m, c.dim, dtype=dtype, device=device)
-        w, s = weight(c.dim, n_in(c), dtype, device, fp8)
-        return (x, w, res), {"w_scale": s}
-
-    return make
-
-
-def _swiglu_inputs(c: ModelConfig, dtype, device, m, pos, fp8=None):
-    (w1, s1), (w3, s3) = (weight(c.hidden_dim, c.dim, dtype, device, fp8) for _ in range(2))
-    return (*_x(c, m, dtype, device), w1, w3, c.norm_eps), {"w1_scale": s1, "w3_scale": s3}
-
-
-def _lm_head_inputs(c: ModelConfig, dtype, device, m, pos, fp8=None):
-    w, s = weight(c.vocab_size, c.dim, dtype, device, fp8)
-    return (*_x(c, m, dtype, device), w, c.norm_eps), {"w_scale": s}
+def _rows(make: Callable):
+    """A decode registry builder (registry.py) at M rows; the position does not enter these ops."""
+    return lambda c, dtype, device, m, pos, fp8=None: make(c, dtype, device, m + pos, fp8, rows=m)
 
 
 def _matmul_flops(n: Callable[[ModelConfig], int], k: Callable[[ModelConfig], int]):
     return lambda c, m, pos: 2.0 * m * n(c) * k(c)
-
-
-def attention_flops(c: ModelConfig, m: int, pos: int) -> float:
-    """QK^T and PV over the visible keys only (pos + i + 1 for query i): 4 D per query-key pair and head."""
-    pairs = m * pos + m * (m + 1) / 2
-    return 4.0 * c.head_dim * c.n_heads * pairs
 
 
 PREFILL: dict[str, PrefillSpec] = {
@@ -94,12 +71,13 @@ PREFILL: dict[str, PrefillSpec] = {
                     _matmul_flops(lambda c: c.qkv_dim, lambda c: c.dim)),
         PrefillSpec("flash_attention", flash_attention, reference.attention, _attention_inputs, attention_flops),
         PrefillSpec("prefill_linear_residual[wo]", prefill_linear_residual, reference.linear_residual,
-                    _residual_inputs(lambda c: c.dim), _matmul_flops(lambda c: c.dim, lambda c: c.dim)),
-        PrefillSpec("prefill_swiglu", prefill_swiglu, reference.rmsnorm_swiglu, _swiglu_inputs,
+                    _rows(residual_inputs(lambda c: c.dim)), _matmul_flops(lambda c: c.dim, lambda c: c.dim)),
+        PrefillSpec("prefill_swiglu", prefill_swiglu, reference.rmsnorm_swiglu, _rows(swiglu_inputs),
                     _matmul_flops(lambda c: 2 * c.hidden_dim, lambda c: c.dim)),
         PrefillSpec("prefill_linear_residual[w2]", prefill_linear_residual, reference.linear_residual,
-                    _residual_inputs(lambda c: c.hidden_dim), _matmul_flops(lambda c: c.dim, lambda c: c.hidden_dim)),
-        PrefillSpec("prefill_lm_head", prefill_lm_head, reference.rmsnorm_lm_head, _lm_head_inputs,
+                    _rows(residual_inputs(lambda c: c.hidden_dim)),
+                    _matmul_flops(lambda c: c.dim, lambda c: c.hidden_dim)),
+        PrefillSpec("prefill_lm_head", prefill_lm_head, reference.rmsnorm_lm_head, _rows(lm_head_inputs),
                     _matmul_flops(lambda c: c.vocab_size, lambda c: c.dim)),
     ]
 }

@@ -52,11 +52,11 @@ def weight(n, k, dtype, device, fp8):
     return q, scale
 
 
-def _norm_inputs(c: ModelConfig, dtype, device):
-    return rand(1, c.dim, dtype=dtype, device=device), rand(c.dim, dtype=dtype, device=device, scale=0.2) + 1
+def norm_inputs(c: ModelConfig, dtype, device, rows: int = 1):
+    return rand(rows, c.dim, dtype=dtype, device=device), rand(c.dim, dtype=dtype, device=device, scale=0.2) + 1
 
 
-def _cache(c: ModelConfig, dtype, device, context: int):
+def cache(c: ModelConfig, dtype, device, context: int):
     return rand(c.n_kv_heads, context, c.head_dim, dtype=dtype, device=device)
 
 
@@ -64,34 +64,35 @@ def _qkv_inputs(c: ModelConfig, dtype, device, context, fp8=None):
     cos, sin = rope_tables(c.head_dim, context, c.rope_theta, device)
     pos = torch.tensor(context - 1, device=device)
     w, s = weight(c.qkv_dim, c.dim, dtype, device, fp8)
-    caches = _cache(c, dtype, device, context), _cache(c, dtype, device, context)
-    return (*_norm_inputs(c, dtype, device), w, cos, sin, pos, *caches, c.norm_eps), {"wqkv_scale": s}
+    caches = cache(c, dtype, device, context), cache(c, dtype, device, context)
+    return (*norm_inputs(c, dtype, device), w, cos, sin, pos, *caches, c.norm_eps), {"wqkv_scale": s}
 
 
 def _attention_inputs(c: ModelConfig, dtype, device, context, fp8=None):
     q = rand(1, c.n_heads, c.head_dim, dtype=dtype, device=device)
     pos = torch.tensor(context - 1, device=device)
-    return (q, _cache(c, dtype, device, context), _cache(c, dtype, device, context), pos), {}
+    return (q, cache(c, dtype, device, context), cache(c, dtype, device, context), pos), {}
 
 
-def _residual_inputs(n_in: Callable[[ModelConfig], int]):
-    def make(c: ModelConfig, dtype, device, context, fp8=None):
+# The builders below also serve the prefill registry, at `rows` tokens (the context does not enter them).
+def residual_inputs(n_in: Callable[[ModelConfig], int]):
+    def make(c: ModelConfig, dtype, device, context, fp8=None, rows: int = 1):
         k = n_in(c)
-        x, res = rand(1, k, dtype=dtype, device=device), rand(1, c.dim, dtype=dtype, device=device)
+        x, res = rand(rows, k, dtype=dtype, device=device), rand(rows, c.dim, dtype=dtype, device=device)
         w, s = weight(c.dim, k, dtype, device, fp8)
         return (x, w, res), {"w_scale": s}
 
     return make
 
 
-def _swiglu_inputs(c: ModelConfig, dtype, device, context, fp8=None):
+def swiglu_inputs(c: ModelConfig, dtype, device, context, fp8=None, rows: int = 1):
     (w1, s1), (w3, s3) = (weight(c.hidden_dim, c.dim, dtype, device, fp8) for _ in range(2))
-    return (*_norm_inputs(c, dtype, device), w1, w3, c.norm_eps), {"w1_scale": s1, "w3_scale": s3}
+    return (*norm_inputs(c, dtype, device, rows), w1, w3, c.norm_eps), {"w1_scale": s1, "w3_scale": s3}
 
 
-def _lm_head_inputs(c: ModelConfig, dtype, device, context, fp8=None):
+def lm_head_inputs(c: ModelConfig, dtype, device, context, fp8=None, rows: int = 1):
     w, s = weight(c.vocab_size, c.dim, dtype, device, fp8)
-    return (*_norm_inputs(c, dtype, device), w, c.norm_eps), {"w_scale": s}
+    return (*norm_inputs(c, dtype, device, rows), w, c.norm_eps), {"w_scale": s}
 
 
 def _gemv_bytes(n: Callable[[ModelConfig], int], k: Callable[[ModelConfig], int], out_bytes: int = 0):
@@ -114,12 +115,12 @@ REGISTRY: dict[str, KernelSpec] = {
                    _gemv_bytes(lambda c: c.qkv_dim, lambda c: c.dim)),
         KernelSpec("decode_attention", decode_attention, reference.attention, _attention_inputs, _attention_bytes),
         KernelSpec("linear_residual[wo]", linear_residual, reference.linear_residual,
-                   _residual_inputs(lambda c: c.dim), _gemv_bytes(lambda c: c.dim, lambda c: c.dim)),
-        KernelSpec("rmsnorm_swiglu", rmsnorm_swiglu, reference.rmsnorm_swiglu, _swiglu_inputs,
+                   residual_inputs(lambda c: c.dim), _gemv_bytes(lambda c: c.dim, lambda c: c.dim)),
+        KernelSpec("rmsnorm_swiglu", rmsnorm_swiglu, reference.rmsnorm_swiglu, swiglu_inputs,
                    _gemv_bytes(lambda c: 2 * c.hidden_dim, lambda c: c.dim)),
         KernelSpec("linear_residual[w2]", linear_residual, reference.linear_residual,
-                   _residual_inputs(lambda c: c.hidden_dim), _gemv_bytes(lambda c: c.dim, lambda c: c.hidden_dim)),
-        KernelSpec("rmsnorm_lm_head", rmsnorm_lm_head, reference.rmsnorm_lm_head, _lm_head_inputs,
+                   residual_inputs(lambda c: c.hidden_dim), _gemv_bytes(lambda c: c.dim, lambda c: c.hidden_dim)),
+        KernelSpec("rmsnorm_lm_head", rmsnorm_lm_head, reference.rmsnorm_lm_head, lm_head_inputs,
                    _gemv_bytes(lambda c: c.vocab_size, lambda c: c.dim, out_bytes=4)),
     ]
 }

@@ -49,11 +49,17 @@ class PrefillReport:
         return asdict(self)
 
 
+def attention_flops(c: ModelConfig, m: int, pos: int) -> float:
+    """Causal attention of m queries at positions pos..: QK^T and PV over the visible keys only (pos + i + 1 for
+    query i), 4 D per query-key pair and head, one layer."""
+    pairs = m * pos + m * (m + 1) / 2
+    return 4.0 * c.head_dim * c.n_heads * pairs
+
+
 def prefill_flops(c: ModelConfig, n: int) -> float:
-    """2 * tokens * (layer weights) + causal attention (4 D per query-key pair and head) + one LM head row."""
+    """2 * tokens * (layer weights) + causal attention + one LM head row."""
     per_layer = c.qkv_dim * c.dim + c.dim * c.dim + 3 * c.hidden_dim * c.dim
-    attention = 4.0 * c.head_dim * c.n_heads * n * (n + 1) / 2
-    return c.n_layers * (2.0 * n * per_layer + attention) + 2.0 * c.vocab_size * c.dim
+    return c.n_layers * (2.0 * n * per_layer + attention_flops(c, n, 0)) + 2.0 * c.vocab_size * c.dim
 
 
 def time_prefill(engine: Engine, ids: list[int], reps: int) -> list[float]:
