@@ -142,6 +142,7 @@ def check_vector(name: str, t: torch.Tensor, n: int) -> None:
     assert t.is_contiguous() and t.numel() == n, f"{name}: expected {n} contiguous elements, got {tuple(t.shape)}"
 
 
-def check_weight(name: str, w: torch.Tensor, k: int) -> None:
-    assert w.dim() == 2 and w.shape[1] == k, f"{name}: expected (N, {k}), got {tuple(w.shape)}"
-    assert w.stride(1) == 1, f"{name}: rows must be contiguous along K"
+def check_rows(name: str, t: torch.Tensor, k: int) -> None:
+    """A matrix of rows of length k (weights (N, K), prompt activations (M, K)), each row contiguous."""
+    assert t.dim() == 2 and t.shape[1] == k, f"{name}: expected (rows, {k}), got {tuple(t.shape)}"
+    assert t.stride(1) == 1, f"{name}: rows must be contiguous along K"

@@ -13,9 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import check_vector, fp8_code
+from .gemv import check_rows, check_vector, fp8_code
 from .tiles import (
-    TileConfig, check_rows, dot_tiles, launch, operands, rmsnorm_rows, row_scale, tile_config, tile_offsets,
+    TileConfig, dot_tiles, launch, operands, rmsnorm_rows, row_scale, tile_config, tile_offsets,
 )
 
 # Row count bound -> launch, shared by wo and w2 (scripts/tune_prefill.py, scripts/results/tune_prefill.txt).

@@ -19,9 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import check_vector
+from .gemv import check_rows, check_vector
 from .prefill_linear import matmul
-from .tiles import TileConfig, check_rows, rmsnorm_rows
+from .tiles import TileConfig, rmsnorm_rows
 
 # Row count bound -> matmul launch (scripts/tune_prefill.py, scripts/results/tune_prefill.txt).
 # H100, 7B bf16, the whole op (norm, matmul, pass): pointer loads 55.0 us at 128 tokens and 116.5 us at 512

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import GemvConfig, check_vector, check_weight, dot_rows, gemv_config, launch_args, pdl_prologue
+from .gemv import GemvConfig, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
 
 # (N, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 36.7 us = 2741 GB/s at 7B in bf16,
 # 21.5 us = 2342 GB/s in FP8 (E5M2).
@@ -66,7 +66,7 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv
     qd = n - 2 * kvh * d
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_weight("wqkv", wqkv, c)
+    check_rows("wqkv", wqkv, c)
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "k and v caches: same layout, D contiguous"
     assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
     q = torch.empty((1, qd // d, d), device=x.device, dtype=x.dtype)

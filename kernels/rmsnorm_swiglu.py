@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import GemvConfig, check_vector, check_weight, dot_rows, gemv_config, launch_args, pdl_prologue
+from .gemv import GemvConfig, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
 
 # (F, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 64.8 us = 2785 GB/s at 7B in bf16,
 # 35.9 us = 2516 GB/s in FP8 (E5M2).
@@ -46,8 +46,8 @@ def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None):
     f, c = w1.shape
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_weight("w1", w1, c)
-    check_weight("w3", w3, c)
+    check_rows("w1", w1, c)
+    check_rows("w3", w3, c)
     assert w1.shape == w3.shape and w1.stride() == w3.stride() and w1.dtype == w3.dtype, "w1, w3: same shape, layout"
     assert (w1_scale is None) == (w3_scale is None), "w1 and w3: the same weight format"
     out = torch.empty((1, f), device=x.device, dtype=x.dtype)

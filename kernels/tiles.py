@@ -191,7 +191,3 @@ def launch(cfg: TileConfig, m: int, n: int) -> dict:
         "meta": {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m,
                  "num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
     }
-
-
-def check_rows(name: str, t: torch.Tensor, k: int) -> None:
-    assert t.dim() == 2 and t.shape[1] == k and t.stride(1) == 1, f"{name}: expected (M, {k}) with rows contiguous"
