@@ -20,7 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import pdl_prologue, use_pdl
+from .gemv import cdiv, next_pow2, pdl_prologue, use_pdl
+
 
 @dataclass(frozen=True)
 class AttentionConfig:
@@ -29,7 +30,7 @@ class AttentionConfig:
     num_warps: int
 
     def split_len(self, smax: int) -> int:
-        return max(self.block_s, triton.next_power_of_2(triton.cdiv(smax, self.n_splits)))
+        return max(self.block_s, next_pow2(cdiv(smax, self.n_splits)))
 
 
 # (KVH, GROUP) -> launch. H100, bf16, 7B (scripts/results/tune_7b.txt): 8 splits of the cache were fastest
@@ -121,20 +122,20 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     assert q.is_contiguous() and k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1
     cfg = attention_config(kvh, h // kvh)
     split_len = cfg.split_len(smax)
-    n_splits = triton.cdiv(smax, split_len)
+    n_splits = cdiv(smax, split_len)
     pdl = use_pdl(q.device)
     part = torch.empty((h, n_splits, d), device=q.device, dtype=torch.float32)
     lse = torch.empty((h, n_splits), device=q.device, dtype=torch.float32)
-    block_d = max(16, triton.next_power_of_2(d))
+    block_d = max(16, next_pow2(d))
     _decode_attention_split_kernel[(kvh, n_splits)](
         q, k_cache, v_cache, pos, part, lse, k_cache.stride(0), k_cache.stride(1), n_splits, d**-0.5,
-        GROUP=h // kvh, HEAD_DIM=d, BLOCK_G=max(16, triton.next_power_of_2(h // kvh)), BLOCK_D=block_d,
+        GROUP=h // kvh, HEAD_DIM=d, BLOCK_G=max(16, next_pow2(h // kvh)), BLOCK_D=block_d,
         BLOCK_S=cfg.block_s, SPLIT_LEN=split_len, FP32=q.dtype == torch.float32, USE_PDL=pdl,
         num_warps=cfg.num_warps, launch_pdl=pdl,
     )
     out = torch.empty((1, h * d), device=q.device, dtype=q.dtype)
     _decode_attention_merge_kernel[(h,)](
-        part, lse, out, n_splits, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_SPLITS=triton.next_power_of_2(n_splits),
+        part, lse, out, n_splits, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_SPLITS=next_pow2(n_splits),
         USE_PDL=pdl, num_warps=1, launch_pdl=pdl,
     )
     return out

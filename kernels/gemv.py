@@ -26,6 +26,18 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 ENABLE_PDL = False
 
 
+# Host-side launch arithmetic in plain Python. In triton 3.6, triton.next_power_of_2 and triton.cdiv are
+# constexpr functions whose host calls pass through a wrapper that unwraps every argument; prefill calls them
+# ~450 times per forward pass, and under cProfile they were a tenth of the host's time to queue a 7B
+# prefill (scripts/results/prefill_host.txt).
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 @functools.lru_cache
 def use_pdl(device: torch.device) -> bool:
     """PDL needs compute capability 9.0 (griddepcontrol); the interpreter has no inline PTX."""
@@ -110,10 +122,10 @@ def gemv_config(table: dict[tuple[int, int, int], GemvConfig], w: torch.Tensor) 
     if (n, k, w.element_size()) in table:
         return table[(n, k, w.element_size())]
     if INTERPRET:  # numpy runs one program at a time: few large programs are fastest
-        return GemvConfig(min(64, triton.next_power_of_2(n)), min(256, triton.next_power_of_2(k)), num_warps=4)
+        return GemvConfig(min(64, next_pow2(n)), min(256, next_pow2(k)), num_warps=4)
     # The shape of the 7B winners (scripts/results/tune_7b.txt): 1024-wide K tiles; 2 rows and one warp per
     # program when N is small, 8 rows and 4 warps when there are rows enough for many waves.
-    block_k = min(1024, triton.next_power_of_2(k))
+    block_k = min(1024, next_pow2(k))
     return GemvConfig(8, block_k, 4) if n >= 8192 else GemvConfig(2, block_k, 1)
 
 

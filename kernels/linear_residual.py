@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import GemvConfig, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
+from .gemv import GemvConfig, cdiv, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
 
 # (N, K) -> launch; see scripts/results/tune_*.txt for the sweep that chose them.
 # (N, K, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): wo 13.8 us = 2438 GB/s and w2 33.8 us
@@ -49,7 +49,7 @@ def linear_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, w_
     check_rows("w", w, k)
     out = torch.empty_like(residual)
     cfg = gemv_config(CONFIGS, w)
-    grid = (triton.cdiv(n, cfg.block_n),)
+    grid = (cdiv(n, cfg.block_n),)
     _linear_residual_kernel[grid](
         x, w, w if w_scale is None else w_scale, residual, out, n, k, w.stride(0), **launch_args(cfg, w, w_scale)
     )

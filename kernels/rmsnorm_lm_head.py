@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import GemvConfig, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
+from .gemv import GemvConfig, cdiv, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
 
 # (V, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 88.4 us = 2966 GB/s at 7B in bf16,
 # 48.2 us = 2720 GB/s in FP8 (E5M2).
@@ -44,7 +44,7 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps:
     check_rows("w", w, c)
     out = torch.empty((1, v), device=x.device, dtype=torch.float32)
     cfg = gemv_config(CONFIGS, w)
-    _rmsnorm_lm_head_kernel[(triton.cdiv(v, cfg.block_n),)](
+    _rmsnorm_lm_head_kernel[(cdiv(v, cfg.block_n),)](
         x, norm_w, w, w if w_scale is None else w_scale, out, v, c, w.stride(0), eps, **launch_args(cfg, w, w_scale)
     )
     return out

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import GemvConfig, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
+from .gemv import GemvConfig, cdiv, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
 
 # (N, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 36.7 us = 2741 GB/s at 7B in bf16,
 # 21.5 us = 2342 GB/s in FP8 (E5M2).
@@ -72,7 +72,7 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv
     q = torch.empty((1, qd // d, d), device=x.device, dtype=x.dtype)
     cfg = gemv_config(CONFIGS, wqkv)
     block_n = max(2, cfg.block_n)  # even, so both rows of a RoPE pair are in one program
-    _rmsnorm_qkv_rope_kernel[(triton.cdiv(n, block_n),)](
+    _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
         x, norm_w, wqkv, wqkv if wqkv_scale is None else wqkv_scale, cos, sin, pos, q, k_cache, v_cache,
         n, c, qd, kvh * d, wqkv.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
         HEAD_DIM=d, **launch_args(cfg, wqkv, wqkv_scale, block_n),

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import GemvConfig, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
+from .gemv import GemvConfig, cdiv, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
 
 # (F, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 64.8 us = 2785 GB/s at 7B in bf16,
 # 35.9 us = 2516 GB/s in FP8 (E5M2).
@@ -52,7 +52,7 @@ def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None):
     assert (w1_scale is None) == (w3_scale is None), "w1 and w3: the same weight format"
     out = torch.empty((1, f), device=x.device, dtype=x.dtype)
     cfg = gemv_config(CONFIGS, w1)
-    _rmsnorm_swiglu_kernel[(triton.cdiv(f, cfg.block_n),)](
+    _rmsnorm_swiglu_kernel[(cdiv(f, cfg.block_n),)](
         x, norm_w, w1, w3, w1 if w1_scale is None else w1_scale, w3 if w3_scale is None else w3_scale, out,
         f, c, w1.stride(0), eps, **launch_args(cfg, w1, w1_scale)
     )

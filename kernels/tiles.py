@@ -15,7 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import INTERPRET
+from .gemv import INTERPRET, cdiv, next_pow2
+from .launcher import Launcher
 
 
 @triton.jit
@@ -86,6 +87,9 @@ def _rmsnorm_rows_kernel(x_ptr, g_ptr, h_ptr, K, stride_xm, eps, BLOCK_K: tl.con
         tl.store(h_ptr + row * K + k0 + k, (x * rstd * g).to(h_ptr.dtype.element_ty), mask=mask)
 
 
+_RMSNORM_ROWS = Launcher(_rmsnorm_rows_kernel)
+
+
 def rmsnorm_rows(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
     """The normalized prompt rows (M, K) that the normed prefill matmuls multiply: a pre-pass, not fused into
     their dot loop. At 7B on the H100, QKV + SwiGLU at 512 and 4000 tokens took 4862 us with sum(x^2) and the
@@ -94,7 +98,7 @@ def rmsnorm_rows(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
     registers costs the loop more than the pre-pass's extra 2 x M x K x 2 bytes (16 MB at 4000 tokens)."""
     m, k = x.shape
     h = torch.empty((m, k), device=x.device, dtype=x.dtype)
-    _rmsnorm_rows_kernel[(m,)](x, g, h, k, x.stride(0), eps, BLOCK_K=min(1024, triton.next_power_of_2(k)),
+    _RMSNORM_ROWS[(m,)](x, g, h, k, x.stride(0), eps, BLOCK_K=min(1024, next_pow2(k)),
                                num_warps=4)
     return h
 
@@ -150,7 +154,7 @@ def tile_config(table: dict[int, TileConfig], m: int, k: int, elem_bytes: int = 
 
 
 def _pow2(n: int) -> int:
-    return max(16, triton.next_power_of_2(n))  # tl.dot needs 16 along every side
+    return max(16, next_pow2(n))  # tl.dot needs 16 along every side
 
 
 # Fewest rows for TMA loads. Each launch with descriptors spends more host time (the descriptors are built and
@@ -187,7 +191,7 @@ def operands(x: torch.Tensor, ws: list[torch.Tensor], cfg: TileConfig) -> tuple[
 def launch(cfg: TileConfig, m: int, n: int) -> dict:
     """The grid and the meta-parameters every tiled kernel takes."""
     return {
-        "grid": (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),),
+        "grid": (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n),),
         "meta": {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m,
                  "num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
     }
