@@ -20,7 +20,6 @@ import triton
 import triton.language as tl
 
 from .gemv import INTERPRET, cdiv, next_pow2
-from .launcher import Launcher
 
 LOG2E = 1.4426950408889634
 
@@ -73,9 +72,6 @@ def _flash_attention_kernel(
     tl.store(o_ptr + o_offs, out.to(o_ptr.dtype.element_ty), mask=(rows < M)[:, None] & d_mask)
 
 
-_FLASH = Launcher(_flash_attention_kernel)
-
-
 @triton.jit
 def _attend(acc, m_i, l_i, q, k_ptr, v_ptr, kv_base, keys, d, rows, pos, end, stride_cs, qk_scale,
             HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASK: tl.constexpr, FP32: tl.constexpr):
@@ -119,7 +115,7 @@ def flash_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     out = torch.empty((m, h * d), device=q.device, dtype=q.dtype)
     cfg = CONFIGS.get(d, DEFAULT)
     block_m = min(cfg.block_m, max(16, next_pow2(m))) if not INTERPRET else 16
-    _FLASH[(cdiv(m, block_m), h)](
+    _flash_attention_kernel[(cdiv(m, block_m), h)](
         q, k_cache, v_cache, pos, out, m, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         LOG2E / d**0.5, GROUP=h // kvh, HEAD_DIM=d, BLOCK_D=max(16, next_pow2(d)),
         BLOCK_M=block_m, BLOCK_N=16 if INTERPRET else cfg.block_n, FP32=q.dtype == torch.float32,

@@ -14,7 +14,6 @@ import triton
 import triton.language as tl
 
 from .gemv import check_rows, check_vector, fp8_code
-from .launcher import Launcher
 from .tiles import (
     TileConfig, dot_tiles, launch, operands, rmsnorm_rows, row_scale, tile_config, tile_offsets,
 )
@@ -50,9 +49,6 @@ def _prefill_linear_kernel(
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-_LINEAR = Launcher(_prefill_linear_kernel)
-
-
 def prefill_linear_residual(x, w, residual, w_scale=None):
     """Same contract as llamafast.reference.linear_residual: x (M, K), residual (M, N) -> (M, N)."""
     m, k = x.shape
@@ -81,7 +77,7 @@ def matmul(x, w, w_scale, residual, out, configs: dict[int, TileConfig] | None =
     cfg = tile_config(configs or CONFIGS, m, k, x.element_size())
     run = launch(cfg, m, n)
     (a, wt), tma = operands(x, [w], cfg)
-    _LINEAR[run["grid"]](
+    _prefill_linear_kernel[run["grid"]](
         a, wt, w if w_scale is None else w_scale, out if residual is None else residual, out, m, n, k, x.stride(0),
         w.stride(0), RESIDUAL=residual is not None, EVEN_K=k % cfg.block_k == 0, W_FP8=fp8_code(w, w_scale),
         FP32=x.dtype == torch.float32, TMA=tma, **run["meta"],

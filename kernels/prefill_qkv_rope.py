@@ -20,7 +20,6 @@ import triton
 import triton.language as tl
 
 from .gemv import check_rows, check_vector, next_pow2
-from .launcher import Launcher
 from .prefill_linear import matmul
 from .tiles import TileConfig, rmsnorm_rows
 
@@ -61,9 +60,6 @@ def _rope_scatter_kernel(
     tl.store(v_cache_ptr + offs + 1, tl.load(v + 1, mask=mask), mask=mask)
 
 
-_ROPE_SCATTER = Launcher(_rope_scatter_kernel)
-
-
 @triton.jit
 def _rotate(even_ptrs, pair, mask, cos_ptr, sin_ptr, position, HEAD_DIM: tl.constexpr):
     a = tl.load(even_ptrs, mask=mask, other=0.0).to(tl.float32)
@@ -87,7 +83,7 @@ def prefill_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv
     qkv = torch.empty((m, n), device=x.device, dtype=x.dtype)
     matmul(rmsnorm_rows(x, norm_w, eps), wqkv, wqkv_scale, None, qkv, CONFIGS)
     q = torch.empty((m, qd // d, d), device=x.device, dtype=x.dtype)
-    _ROPE_SCATTER[(m,)](
+    _rope_scatter_kernel[(m,)](
         qkv, q, k_cache, v_cache, cos, sin, pos, qd, kvd, k_cache.stride(0), k_cache.stride(1), HEAD_DIM=d,
         BLOCK_Q=next_pow2(qd // 2), BLOCK_KV=next_pow2(kvd // 2), num_warps=8,
     )

@@ -16,7 +16,6 @@ import triton
 import triton.language as tl
 
 from .gemv import INTERPRET, cdiv, next_pow2
-from .launcher import Launcher
 
 
 @triton.jit
@@ -87,9 +86,6 @@ def _rmsnorm_rows_kernel(x_ptr, g_ptr, h_ptr, K, stride_xm, eps, BLOCK_K: tl.con
         tl.store(h_ptr + row * K + k0 + k, (x * rstd * g).to(h_ptr.dtype.element_ty), mask=mask)
 
 
-_RMSNORM_ROWS = Launcher(_rmsnorm_rows_kernel)
-
-
 def rmsnorm_rows(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
     """The normalized prompt rows (M, K) that the normed prefill matmuls multiply: a pre-pass, not fused into
     their dot loop. At 7B on the H100, QKV + SwiGLU at 512 and 4000 tokens took 4862 us with sum(x^2) and the
@@ -98,7 +94,7 @@ def rmsnorm_rows(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
     registers costs the loop more than the pre-pass's extra 2 x M x K x 2 bytes (16 MB at 4000 tokens)."""
     m, k = x.shape
     h = torch.empty((m, k), device=x.device, dtype=x.dtype)
-    _RMSNORM_ROWS[(m,)](x, g, h, k, x.stride(0), eps, BLOCK_K=min(1024, next_pow2(k)),
+    _rmsnorm_rows_kernel[(m,)](x, g, h, k, x.stride(0), eps, BLOCK_K=min(1024, next_pow2(k)),
                                num_warps=4)
     return h
 
