@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from .gemv import INTERPRET, cdiv, next_pow2
+from .launcher import Launcher
 
 LOG2E = 1.4426950408889634
 
@@ -32,8 +33,9 @@ class FlashConfig:
     num_stages: int
 
 
-# head_dim -> launch (scripts/tune_prefill.py, scripts/results/tune_prefill_pointer.txt). H100, bf16, causal 4096 x 32
-# heads: 331.9 us = 414 TFLOP/s; 128 x 128 blocks with 8 warps 345.2 us, 128 x 64 with 8 warps 347.5 us.
+# head_dim -> launch (scripts/tune_prefill.py; scripts/results). H100, bf16, causal 4096 x 32 heads: 331.9 us =
+# 414 TFLOP/s; 128 x 128 blocks with 8 warps 345.2 us, 128 x 64 with 8 warps 347.5 us (tune_prefill_pointer.txt);
+# 319.3 / 346.5 / 353.8 us in tune_prefill.txt.
 CONFIGS: dict[int, FlashConfig] = {128: FlashConfig(64, 64, 4, 3)}
 DEFAULT = FlashConfig(64, 64, 4, 2)
 
@@ -70,6 +72,9 @@ def _flash_attention_kernel(
     out = acc / l_i[:, None]
     o_offs = rows[:, None] * (tl.num_programs(1) * HEAD_DIM) + h * HEAD_DIM + d[None, :]
     tl.store(o_ptr + o_offs, out.to(o_ptr.dtype.element_ty), mask=(rows < M)[:, None] & d_mask)
+
+
+_FLASH = Launcher(_flash_attention_kernel)
 
 
 @triton.jit
@@ -115,7 +120,7 @@ def flash_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     out = torch.empty((m, h * d), device=q.device, dtype=q.dtype)
     cfg = CONFIGS.get(d, DEFAULT)
     block_m = min(cfg.block_m, max(16, next_pow2(m))) if not INTERPRET else 16
-    _flash_attention_kernel[(cdiv(m, block_m), h)](
+    _FLASH[(cdiv(m, block_m), h)](
         q, k_cache, v_cache, pos, out, m, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         LOG2E / d**0.5, GROUP=h // kvh, HEAD_DIM=d, BLOCK_D=max(16, next_pow2(d)),
         BLOCK_M=block_m, BLOCK_N=16 if INTERPRET else cfg.block_n, FP32=q.dtype == torch.float32,

@@ -27,9 +27,9 @@ ENABLE_PDL = False
 
 
 # Host-side launch arithmetic in plain Python. In triton 3.6, triton.next_power_of_2 and triton.cdiv are
-# constexpr functions whose host calls pass through a wrapper that unwraps every argument; prefill calls them
-# ~450 times per forward pass, and under cProfile they were a tenth of the host's time to queue a 7B
-# prefill (scripts/results/prefill_host.txt).
+# constexpr functions whose host calls pass through a wrapper that unwraps every argument; a 7B prefill called
+# them ~450 times per forward pass, 5 of the 33 ms cProfile counted for queueing one (prefill_host.txt in
+# scripts/results).
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 

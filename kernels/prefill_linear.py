@@ -14,15 +14,17 @@ import triton
 import triton.language as tl
 
 from .gemv import check_rows, check_vector, fp8_code
+from .launcher import Launcher
 from .tiles import (
     TileConfig, dot_tiles, launch, operands, rmsnorm_rows, row_scale, tile_config, tile_offsets,
 )
 
 # Row count bound -> launch, shared by wo and w2 (scripts/tune_prefill.py; files in scripts/results). H100, 7B
-# bf16, pointer loads: wo 39.7 us = 433 TFLOP/s and w2 92.6 us = 498 TFLOP/s at 512 tokens (tune_prefill_pointer.txt).
-# Above 1,024 rows (TMA loads), 128 x 256 tiles: wo 197.5 us and w2 480.2 us at 4000 tokens against 248.1 and
-# 614.1 with 128 x 128 (tune_prefill_24c9f7e.txt, prefill_kernels_7b_24c9f7e.txt); with QKV's the same, time to
-# first token at 4,000 tokens 102.56 / 101.51 ms against 107.28 / 104.96 (tile_ab.txt, tile_abc.txt).
+# bf16 at 512 tokens: wo 34.8 us = 493 TFLOP/s and w2 76.9 us = 600 TFLOP/s with TMA loads (tune_prefill.txt),
+# 39.7 and 92.6 us with pointer loads (tune_prefill_pointer.txt). From 1,024 rows 128 x 256 tiles: wo 197.5 us and
+# w2 480.2 us at 4000 tokens against 248.1 and 614.1 with 128 x 128 (tune_prefill_24c9f7e.txt,
+# prefill_kernels_7b_24c9f7e.txt); with QKV's the same, time to first token at 4,000 tokens 102.56 / 101.51 ms
+# against 107.28 / 104.96 (tile_ab.txt, tile_abc.txt).
 CONFIGS: dict[int, TileConfig] = {
     256: TileConfig(64, 64, 64, 4, 4),
     1024: TileConfig(128, 128, 64, 8, 4),
@@ -47,6 +49,9 @@ def _prefill_linear_kernel(
     if RESIDUAL:
         acc += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+_LINEAR = Launcher(_prefill_linear_kernel)
 
 
 def prefill_linear_residual(x, w, residual, w_scale=None):
@@ -77,7 +82,7 @@ def matmul(x, w, w_scale, residual, out, configs: dict[int, TileConfig] | None =
     cfg = tile_config(configs or CONFIGS, m, k, x.element_size())
     run = launch(cfg, m, n)
     (a, wt), tma = operands(x, [w], cfg)
-    _prefill_linear_kernel[run["grid"]](
+    _LINEAR[run["grid"]](
         a, wt, w if w_scale is None else w_scale, out if residual is None else residual, out, m, n, k, x.stride(0),
         w.stride(0), RESIDUAL=residual is not None, EVEN_K=k % cfg.block_k == 0, W_FP8=fp8_code(w, w_scale),
         FP32=x.dtype == torch.float32, TMA=tma, **run["meta"],

@@ -20,12 +20,13 @@ import triton
 import triton.language as tl
 
 from .gemv import check_rows, check_vector, next_pow2
+from .launcher import Launcher
 from .prefill_linear import matmul
 from .tiles import TileConfig, rmsnorm_rows
 
-# Row count bound -> matmul launch (scripts/tune_prefill.py, scripts/results/tune_prefill_pointer.txt).
-# H100, 7B bf16, the whole op (norm, matmul, pass): pointer loads 55.0 us at 128 tokens and 116.5 us at 512
-# (tune_prefill_pointer.txt); above 1,024 rows (TMA) 128 x 256 tiles, 743.5 us at 4000 against 775.3 with 128 x 128
+# Row count bound -> matmul launch (scripts/tune_prefill.py; files in scripts/results). H100, 7B bf16, the
+# whole op (norm, matmul, pass): 55.0 us at 128 tokens (pointer loads, tune_prefill_pointer.txt), 113.5 us at 512
+# (TMA loads, tune_prefill.txt); from 1,024 rows 128 x 256 tiles, 743.5 us at 4000 against 775.3 with 128 x 128
 # (tune_prefill_tma.txt, prefill_kernels_7b_tma_all.txt; end to end with wo/w2's: prefill_linear.CONFIGS).
 CONFIGS: dict[int, TileConfig] = {
     1024: TileConfig(128, 128, 64, 8, 4),
@@ -60,6 +61,9 @@ def _rope_scatter_kernel(
     tl.store(v_cache_ptr + offs + 1, tl.load(v + 1, mask=mask), mask=mask)
 
 
+_ROPE_SCATTER = Launcher(_rope_scatter_kernel)
+
+
 @triton.jit
 def _rotate(even_ptrs, pair, mask, cos_ptr, sin_ptr, position, HEAD_DIM: tl.constexpr):
     a = tl.load(even_ptrs, mask=mask, other=0.0).to(tl.float32)
@@ -83,7 +87,7 @@ def prefill_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv
     qkv = torch.empty((m, n), device=x.device, dtype=x.dtype)
     matmul(rmsnorm_rows(x, norm_w, eps), wqkv, wqkv_scale, None, qkv, CONFIGS)
     q = torch.empty((m, qd // d, d), device=x.device, dtype=x.dtype)
-    _rope_scatter_kernel[(m,)](
+    _ROPE_SCATTER[(m,)](
         qkv, q, k_cache, v_cache, cos, sin, pos, qd, kvd, k_cache.stride(0), k_cache.stride(1), HEAD_DIM=d,
         BLOCK_Q=next_pow2(qd // 2), BLOCK_KV=next_pow2(kvd // 2), num_warps=8,
     )

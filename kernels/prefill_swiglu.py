@@ -15,14 +15,15 @@ import triton
 import triton.language as tl
 
 from .gemv import check_rows, check_vector, fp8_code
+from .launcher import Launcher
 from .tiles import (
     TileConfig, dot_tiles, launch, operands, rmsnorm_rows, row_scale, tile_config, tile_offsets,
 )
 
 # Row count bound -> launch (scripts/tune_prefill.py, scripts/results/tune_prefill_pointer.txt). Two fp32
 # accumulators per tile: a 128 x 128 tile needs 8 warps to hold them.
-# H100, 7B bf16: 169.9 us = 544 TFLOP/s at 512 tokens with pointer loads (tune_prefill_pointer.txt), 981.8 us = 735
-# TFLOP/s at 4000 with TMA (tune_prefill_tma.txt).
+# H100, 7B bf16: at 512 tokens 150.1 us = 615 TFLOP/s with TMA loads (tune_prefill.txt; 169.9 us with pointer
+# loads, tune_prefill_pointer.txt), at 4000 984.0 us = 733 TFLOP/s (tune_prefill.txt).
 CONFIGS: dict[int, TileConfig] = {
     4096: TileConfig(128, 128, 64, 8, 4),
 }
@@ -46,6 +47,9 @@ def _prefill_swiglu_kernel(
     tl.store(out_ptr + rows[:, None].to(tl.int64) * F + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+_SWIGLU = Launcher(_prefill_swiglu_kernel)
+
+
 def prefill_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None):
     """Same contract as llamafast.reference.rmsnorm_swiglu: x (M, C) -> (M, F)."""
     m, c = x.shape
@@ -59,7 +63,7 @@ def prefill_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None):
     cfg = tile_config(CONFIGS, m, c, x.element_size())
     run = launch(cfg, m, f)
     (a, w1t, w3t), tma = operands(h, [w1, w3], cfg)
-    _prefill_swiglu_kernel[run["grid"]](
+    _SWIGLU[run["grid"]](
         a, w1t, w3t, w1 if w1_scale is None else w1_scale, w3 if w3_scale is None else w3_scale, out,
         m, f, c, h.stride(0), w1.stride(0),
         EVEN_K=c % cfg.block_k == 0, W_FP8=fp8_code(w1, w1_scale), FP32=x.dtype == torch.float32, TMA=tma,

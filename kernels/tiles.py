@@ -9,6 +9,7 @@ FP8 weights (int8 bit patterns) are bitcast and converted to the activation dtyp
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,7 @@ import triton
 import triton.language as tl
 
 from .gemv import INTERPRET, cdiv, next_pow2
+from .launcher import Launcher
 
 
 @triton.jit
@@ -40,16 +42,21 @@ def dot_tiles(
     PAIR: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, FP32: tl.constexpr, TMA: tl.constexpr,
 ):
     """Returns (A[rows] @ W[cols].T, A[rows] @ W2[cols].T) in fp32; the second only when PAIR (else zeros).
-    With TMA, a_ptr, w_ptr and w2_ptr are tensor descriptors (operands() made them) and the copy engine
-    loads the tiles, zero-filling past the edges."""
+    TMA 0: pointer loads. TMA 1: a_ptr, w_ptr and w2_ptr are host tensor descriptors (operands() made them);
+    TMA 2: pointers, and the program builds the descriptors. With either the copy engine loads the tiles,
+    zero-filling past the edges."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if TMA:
-        for k0 in range(0, K, BLOCK_K):
-            a = a_ptr.load([off_m, k0])
-            acc = tl.dot(a, w_ptr.load([off_n, k0]).T, acc)
-            if PAIR:
-                acc2 = tl.dot(a, w2_ptr.load([off_n, k0]).T, acc2)
+    if TMA == 2:  # descriptors built by each program (in global scratch from triton's allocator)
+        a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
+        w_desc = tl.make_tensor_descriptor(w_ptr, [N, K], [stride_wn, 1], [BLOCK_N, BLOCK_K])
+        if PAIR:
+            w2_desc = tl.make_tensor_descriptor(w2_ptr, [N, K], [stride_wn, 1], [BLOCK_N, BLOCK_K])
+        else:
+            w2_desc = w_desc
+        acc, acc2 = _tma_loop(a_desc, w_desc, w2_desc, off_m, off_n, K, acc, acc2, BLOCK_K, PAIR)
+    elif TMA == 1:
+        acc, acc2 = _tma_loop(a_ptr, w_ptr, w2_ptr, off_m, off_n, K, acc, acc2, BLOCK_K, PAIR)
     else:  # pointer loads (a constexpr branch: neither path is compiled into the other)
         rows, cols = off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
         k = tl.arange(0, BLOCK_K)
@@ -70,6 +77,16 @@ def dot_tiles(
 
 
 @triton.jit
+def _tma_loop(a_desc, w_desc, w2_desc, off_m, off_n, K, acc, acc2, BLOCK_K: tl.constexpr, PAIR: tl.constexpr):
+    for k0 in range(0, K, BLOCK_K):
+        a = a_desc.load([off_m, k0])
+        acc = tl.dot(a, w_desc.load([off_n, k0]).T, acc)
+        if PAIR:
+            acc2 = tl.dot(a, w2_desc.load([off_n, k0]).T, acc2)
+    return acc, acc2
+
+
+@triton.jit
 def _rmsnorm_rows_kernel(x_ptr, g_ptr, h_ptr, K, stride_xm, eps, BLOCK_K: tl.constexpr):
     """One row: h = x * rsqrt(mean(x^2) + eps) * g, rounded to x's dtype as the reference rounds it."""
     row = tl.program_id(0).to(tl.int64)
@@ -86,6 +103,9 @@ def _rmsnorm_rows_kernel(x_ptr, g_ptr, h_ptr, K, stride_xm, eps, BLOCK_K: tl.con
         tl.store(h_ptr + row * K + k0 + k, (x * rstd * g).to(h_ptr.dtype.element_ty), mask=mask)
 
 
+_RMSNORM_ROWS = Launcher(_rmsnorm_rows_kernel)
+
+
 def rmsnorm_rows(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
     """The normalized prompt rows (M, K) that the normed prefill matmuls multiply: a pre-pass, not fused into
     their dot loop. At 7B on the H100, QKV + SwiGLU at 512 and 4000 tokens took 4862 us with sum(x^2) and the
@@ -94,7 +114,7 @@ def rmsnorm_rows(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
     registers costs the loop more than the pre-pass's extra 2 x M x K x 2 bytes (16 MB at 4000 tokens)."""
     m, k = x.shape
     h = torch.empty((m, k), device=x.device, dtype=x.dtype)
-    _rmsnorm_rows_kernel[(m,)](x, g, h, k, x.stride(0), eps, BLOCK_K=min(1024, next_pow2(k)),
+    _RMSNORM_ROWS[(m,)](x, g, h, k, x.stride(0), eps, BLOCK_K=min(1024, next_pow2(k)),
                                num_warps=4)
     return h
 
@@ -153,11 +173,14 @@ def _pow2(n: int) -> int:
     return max(16, next_pow2(n))  # tl.dot needs 16 along every side
 
 
-# Fewest rows for TMA loads. Each launch with descriptors spends more host time (the descriptors are built and
-# encoded per call): with TMA at every length, 7B prefill at 512 tokens became launch-bound (time to first
-# token 22.95 ms, against 14.65 with pointer loads) while 4000 tokens went from 115.79 to 105.03 ms and 2048
-# from 55.49 to 51.12 (scripts/results/bench_prefill_7b_tma_all.txt against bench_prefill_7b_pointer.txt).
-TMA_MIN_ROWS = 1024
+# Fewest rows for TMA loads, and for making their descriptors on the host. H100, 7B bf16, time to first token
+# (min of 14, scripts/results/tile_ab_dev.txt): at 512 tokens 12.98 ms with TMA loads (descriptors made on the
+# device) against 14.11 with pointer loads; at 4,000 tokens 100.13 ms with host descriptors against 103.17 with
+# device ones (each program builds and fences its own), and the same order in tile_ab_dev16.txt. Host descriptors
+# go through triton's own launch path and are encoded at every launch: with them from 512 rows the host could not
+# keep up (22.95 ms at 512 tokens, bench_prefill_7b_tma_all.txt), hence the device ones in between.
+TMA_MIN_ROWS = 512
+HOST_DESCRIPTOR_ROWS = 1024
 
 
 def use_tma(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -170,18 +193,32 @@ def use_tma(x: torch.Tensor, w: torch.Tensor) -> bool:
     if x.shape[0] < TMA_MIN_ROWS:
         return False
     aligned = all(t.stride(1) == 1 and t.stride(0) * 2 % 16 == 0 and t.data_ptr() % 16 == 0 for t in (x, w))
-    return aligned and torch.cuda.get_device_capability(x.device) >= (9, 0)
+    return aligned and _hopper(x.device.index)
 
 
-def operands(x: torch.Tensor, ws: list[torch.Tensor], cfg: TileConfig) -> tuple[list, bool]:
-    """[x, *ws] as the kernel takes them: tensor descriptors of (BLOCK_M, BLOCK_K) and (BLOCK_N, BLOCK_K) tiles
-    when use_tma, else the tensors themselves; and whether they are descriptors."""
+@functools.cache
+def _hopper(device: int) -> bool:
+    return torch.cuda.get_device_capability(device) >= (9, 0)
+
+
+def operands(x: torch.Tensor, ws: list[torch.Tensor], cfg: TileConfig) -> tuple[list, int]:
+    """[x, *ws] as the kernel takes them and its TMA mode (dot_tiles): the tensors and 0 without TMA loads; host
+    tensor descriptors of (BLOCK_M, BLOCK_K) and (BLOCK_N, BLOCK_K) tiles and 1; or the tensors and 2."""
     if not use_tma(x, ws[0]):
-        return [x, *ws], False
+        return [x, *ws], 0
+    if x.shape[0] < HOST_DESCRIPTOR_ROWS:
+        _install_scratch_allocator()
+        return [x, *ws], 2
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     descs = [TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])]
-    return descs + [TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k]) for w in ws], True
+    return descs + [TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k]) for w in ws], 1
+
+
+@functools.cache
+def _install_scratch_allocator() -> None:
+    """Descriptors made on the device live in global scratch memory that triton asks its allocator for."""
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, device="cuda", dtype=torch.int8))
 
 
 def launch(cfg: TileConfig, m: int, n: int) -> dict:

@@ -16,11 +16,10 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from llamafast.bench import now, environment
+from llamafast.bench import environment, now
 from llamafast.config import Backend, ModelConfig, SamplingConfig
 from llamafast.generate import PREFILL_CHUNK, Engine
 from llamafast.load import LoadedModel, with_backend
-
 
 WARMUP_S = 0.5
 
@@ -60,6 +59,12 @@ def prefill_flops(c: ModelConfig, n: int) -> float:
     """2 * tokens * (layer weights) + causal attention + one LM head row."""
     per_layer = c.qkv_dim * c.dim + c.dim * c.dim + 3 * c.hidden_dim * c.dim
     return c.n_layers * (2.0 * n * per_layer + attention_flops(c, n, 0)) + 2.0 * c.vocab_size * c.dim
+
+
+def random_prompts(lengths: list[int], vocab_size: int, seed: int = 0) -> dict[int, list[int]]:
+    """One prompt per length: BOS, then ids drawn uniformly past the control pieces (A/B scripts' prompts)."""
+    gen = torch.Generator().manual_seed(seed)
+    return {n: [1] + torch.randint(3, vocab_size, (n - 1,), generator=gen).tolist() for n in lengths}
 
 
 def time_prefill(engine: Engine, ids: list[int], reps: int) -> list[float]:

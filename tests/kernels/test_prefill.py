@@ -9,7 +9,7 @@ import torch
 from llamafast.kernels import PREFILL
 from llamafast.quant import FP8Format
 
-from llamafast.kernels.tiles import TMA_MIN_ROWS
+from llamafast.kernels.tiles import HOST_DESCRIPTOR_ROWS, TMA_MIN_ROWS
 
 from .common import DEVICE, DOT_DTYPES, FP8, ON_GPU, SHAPES, tolerance
 
@@ -65,10 +65,11 @@ def test_qkv_rope_matches_reference(config, dtype, m, pos, fp8):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("config", [c for c in SHAPES if c.id in ("stories260K", "odd", "llama-2-7b")])
 @pytest.mark.parametrize("name", ["prefill_qkv_rope", *MATMULS])
-def test_tma_rows(name, config, dtype):
-    """Past TMA_MIN_ROWS the matmuls load tiles through tensor descriptors (on Hopper): an odd row count, so the
-    last row tile hangs over the edge, and K not a multiple of BLOCK_K for the odd shape."""
-    m = TMA_MIN_ROWS + 77
+@pytest.mark.parametrize("m", [TMA_MIN_ROWS + 77, HOST_DESCRIPTOR_ROWS + 77], ids=["device-desc", "host-desc"])
+def test_tma_rows(name, m, config, dtype):
+    """Past TMA_MIN_ROWS the matmuls load tiles through tensor descriptors (on Hopper), made on the device below
+    HOST_DESCRIPTOR_ROWS and on the host from there: an odd row count, so the last row tile hangs over the
+    edge, and K not a multiple of BLOCK_K for the odd shape."""
     spec = PREFILL[name]
     args, kw = spec.make_inputs(config, dtype, DEVICE, m, 5, None)
     if name == "prefill_qkv_rope":

@@ -1,0 +1,67 @@
+"""The prefill kernels' direct launches (launcher.py): the key that picks a compiled kernel, and on the GPU the
+same bits as triton's own launch path, including after a change that triton specializes on."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from llamafast.kernels import PREFILL
+
+from llamafast import reference
+
+from .common import DEVICE, ODD, ON_GPU
+
+launcher = importlib.import_module("llamafast.kernels.launcher")
+tiles = importlib.import_module("llamafast.kernels.tiles")
+needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a GPU")
+
+
+def test_key_tells_apart_what_triton_specializes_on():
+    buf = torch.zeros(64, dtype=torch.float16)
+    key = launcher._arg_key
+    assert key(buf[:32]) != key(buf[1:33])  # 16-byte aligned or not
+    assert key(buf[:32]) != key(buf[:32].float())  # dtype
+    assert key(buf[:32]) == key(buf[8:40])  # 16 bytes further: the same kernel
+    assert len({key(1), key(16), key(17), key(2**31)}) == 4  # one, multiple of 16, neither, 64-bit
+    assert key(32) == key(4096) and key(17) == key(4097)
+    assert key(True) != key(1) and key(0.5) == key(2.0)
+    with pytest.raises(TypeError):
+        key(object())  # e.g. a tensor descriptor: triton's own path
+
+
+def _outputs(name: str, args: tuple, kw: dict) -> list[torch.Tensor]:
+    spec = PREFILL[name]
+    out = spec.kernel(*args, **kw)
+    return [out, *args[6:8]] if name == "prefill_qkv_rope" else [out]  # q and the caches it wrote
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("name", list(PREFILL))
+def test_direct_launch_matches_triton_launch(name, monkeypatch):
+    """Direct launches run the very kernel triton would: the outputs agree bit for bit, twice over."""
+    args, kw = PREFILL[name].make_inputs(ODD, torch.bfloat16, DEVICE, 70, 19, None)
+    monkeypatch.setattr(launcher, "ENABLED", False)
+    want = [t.clone() for t in _outputs(name, args, kw)]
+    monkeypatch.setattr(launcher, "ENABLED", True)
+    for _ in range(3):  # the first call may fill the launcher's cache through triton's path; the rest go direct
+        got = _outputs(name, args, kw)
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_misaligned_rows_get_their_own_kernel():
+    """A view 2 bytes into its storage is not 16-byte aligned: the launcher must not reuse the aligned kernel."""
+    m, k = 37, 96
+    buf = torch.randn(m * k + 8, device=DEVICE, dtype=torch.bfloat16)
+    g = torch.randn(k, device=DEVICE, dtype=torch.bfloat16)
+    aligned, shifted = buf[: m * k].view(m, k), buf[1 : 1 + m * k].view(m, k)
+    for x in (aligned, aligned, shifted, shifted, aligned):
+        torch.testing.assert_close(tiles.rmsnorm_rows(x, g, 1e-5), reference.rmsnorm(x, g, 1e-5), atol=1.6e-2,
+                                   rtol=1.6e-2)
+    firsts = {key[1][0] for key in tiles._RMSNORM_ROWS.compiled}
+    assert (torch.bfloat16, True) in firsts and (torch.bfloat16, False) in firsts
