@@ -65,3 +65,19 @@ def test_misaligned_rows_get_their_own_kernel():
                                    rtol=1.6e-2)
     firsts = {key[1][0] for key in tiles._RMSNORM_ROWS.compiled}
     assert (torch.bfloat16, True) in firsts and (torch.bfloat16, False) in firsts
+
+
+def test_registered_hooks_take_triton_path():
+    """A profiler's launch hook must see every launch, so the launcher steps aside while one is registered."""
+    from triton.knobs import HookChain
+
+    class Runtime:
+        launch_enter_hook, launch_exit_hook = HookChain(), HookChain(reversed=True)
+
+    assert not launcher._hooked(Runtime)
+    Runtime.launch_enter_hook.add(print)
+    assert launcher._hooked(Runtime)
+    Runtime.launch_enter_hook, Runtime.launch_exit_hook = None, print  # older triton: plain callables or None
+    assert launcher._hooked(Runtime)
+    Runtime.launch_exit_hook = None
+    assert not launcher._hooked(Runtime)
