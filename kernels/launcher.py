@@ -58,9 +58,8 @@ class Launcher:
             self.kernel[grid](*args, **kwargs)
             return
         device = driver.active.get_current_device()  # triton compiles and launches for the current device
-        try:  # plain tensors inline: this line runs ~2,500 times per 7B forward pass
-            key = (device, tuple([(a.dtype, a.data_ptr() % 16 == 0) if type(a) is torch.Tensor else _arg_key(a)
-                                  for a in args]), tuple(kwargs.items()))
+        try:
+            key = (device, tuple(_arg_key(a) for a in args), tuple(kwargs.items()))
         except TypeError:
             self.kernel[grid](*args, **kwargs)
             return

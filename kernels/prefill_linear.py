@@ -16,7 +16,7 @@ import triton.language as tl
 from .gemv import check_rows, check_vector, fp8_code
 from .launcher import Launcher
 from .tiles import (
-    TileConfig, dot_tiles, operands, plan, rmsnorm_rows, row_scale, tile_offsets,
+    TileConfig, dot_tiles, launch, operands, rmsnorm_rows, row_scale, tile_config, tile_offsets,
 )
 
 # Row count bound -> launch, shared by wo and w2 (scripts/tune_prefill.py; files in scripts/results). H100, 7B
@@ -79,7 +79,8 @@ def prefill_lm_head(x, norm_w, w, eps, w_scale=None):
 def matmul(x, w, w_scale, residual, out, configs: dict[int, TileConfig] | None = None) -> None:
     """out = x @ w.T (+ residual): the tiled loop with a plain epilogue, launched with configs (default: CONFIGS)."""
     (m, k), n = x.shape, w.shape[0]
-    cfg, run = plan(configs or CONFIGS, m, n, k, x.element_size())
+    cfg = tile_config(configs or CONFIGS, m, k, x.element_size())
+    run = launch(cfg, m, n)
     (a, wt), tma = operands(x, [w], cfg)
     _LINEAR[run["grid"]](
         a, wt, w if w_scale is None else w_scale, out if residual is None else residual, out, m, n, k, x.stride(0),

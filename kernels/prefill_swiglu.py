@@ -17,7 +17,7 @@ import triton.language as tl
 from .gemv import check_rows, check_vector, fp8_code
 from .launcher import Launcher
 from .tiles import (
-    TileConfig, dot_tiles, operands, plan, rmsnorm_rows, row_scale, tile_offsets,
+    TileConfig, dot_tiles, launch, operands, rmsnorm_rows, row_scale, tile_config, tile_offsets,
 )
 
 # Row count bound -> launch (scripts/tune_prefill.py, scripts/results/tune_prefill_pointer.txt). Two fp32
@@ -60,7 +60,8 @@ def prefill_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None):
     assert w3.shape == w1.shape and w3.stride() == w1.stride(), "w1 and w3: same shape and layout"
     out = torch.empty((m, f), device=x.device, dtype=x.dtype)
     h = rmsnorm_rows(x, norm_w, eps)
-    cfg, run = plan(CONFIGS, m, f, c, x.element_size())
+    cfg = tile_config(CONFIGS, m, c, x.element_size())
+    run = launch(cfg, m, f)
     (a, w1t, w3t), tma = operands(h, [w1, w3], cfg)
     _SWIGLU[run["grid"]](
         a, w1t, w3t, w1 if w1_scale is None else w1_scale, w3 if w3_scale is None else w3_scale, out,

@@ -3,8 +3,6 @@ FP8 weights dequantized in the tile loads. bf16 runs on the GPU only (tl.dot in 
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 
@@ -14,8 +12,6 @@ from llamafast.quant import FP8Format
 from llamafast.kernels.tiles import HOST_DESCRIPTOR_ROWS, TMA_MIN_ROWS
 
 from .common import DEVICE, DOT_DTYPES, FP8, ON_GPU, SHAPES, tolerance
-
-tiles = importlib.import_module("llamafast.kernels.tiles")
 
 # (M, pos): one token, a block and a bit, a chunk after earlier chunks.
 LENGTHS = [(1, 0), (37, 0), (70, 19)]
@@ -94,12 +90,3 @@ def test_qkv_rope_writes_only_the_chunk(tiny_config):
     spec.kernel(x, g, w, cos, sin, torch.tensor(7, device=DEVICE), k_cache, v_cache, eps)
     changed = ((k_cache != before_k).any(-1) | (v_cache != before_v).any(-1)).any(0)  # (Smax,)
     assert changed.nonzero().flatten().tolist() == [7, 8, 9, 10, 11]
-
-
-def test_plan_follows_a_replaced_table(monkeypatch):
-    """plan() memoizes per table: a table put in place of another (as the tune scripts do) must take effect."""
-    monkeypatch.setattr(tiles, "INTERPRET", False)  # the interpreter's launch ignores the tables
-    for block_n in (64, 128, 64):
-        table = {4096: tiles.TileConfig(64, block_n, 64, 4, 4)}
-        cfg, run = tiles.plan(table, 300, 1000, 256, 2)
-        assert cfg.block_n == block_n and run["grid"] == (5 * -(-1000 // block_n),)
