@@ -114,8 +114,7 @@ def rmsnorm_rows(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
     registers costs the loop more than the pre-pass's extra 2 x M x K x 2 bytes (16 MB at 4000 tokens)."""
     m, k = x.shape
     h = torch.empty((m, k), device=x.device, dtype=x.dtype)
-    _RMSNORM_ROWS[(m,)](x, g, h, k, x.stride(0), eps, BLOCK_K=min(1024, next_pow2(k)),
-                               num_warps=4)
+    _RMSNORM_ROWS[(m,)](x, g, h, k, x.stride(0), eps, BLOCK_K=min(1024, next_pow2(k)), num_warps=4)
     return h
 
 
