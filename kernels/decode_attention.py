@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import cdiv, next_pow2, pdl_prologue, use_pdl
+from .gemv import cdiv, dot_dim, next_pow2, pdl_prologue, use_pdl
 
 
 @dataclass(frozen=True)
@@ -126,10 +126,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     pdl = use_pdl(q.device)
     part = torch.empty((h, n_splits, d), device=q.device, dtype=torch.float32)
     lse = torch.empty((h, n_splits), device=q.device, dtype=torch.float32)
-    block_d = max(16, next_pow2(d))
+    block_d = dot_dim(d)
     _decode_attention_split_kernel[(kvh, n_splits)](
         q, k_cache, v_cache, pos, part, lse, k_cache.stride(0), k_cache.stride(1), n_splits, d**-0.5,
-        GROUP=h // kvh, HEAD_DIM=d, BLOCK_G=max(16, next_pow2(h // kvh)), BLOCK_D=block_d,
+        GROUP=h // kvh, HEAD_DIM=d, BLOCK_G=dot_dim(h // kvh), BLOCK_D=block_d,
         BLOCK_S=cfg.block_s, SPLIT_LEN=split_len, FP32=q.dtype == torch.float32, USE_PDL=pdl,
         num_warps=cfg.num_warps, launch_pdl=pdl,
     )

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import INTERPRET, cdiv, next_pow2
+from .gemv import INTERPRET, cdiv, dot_dim
 from .launcher import Launcher
 
 LOG2E = 1.4426950408889634
@@ -119,10 +119,10 @@ def flash_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     assert q.stride(2) == 1 and k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "D contiguous"
     out = torch.empty((m, h * d), device=q.device, dtype=q.dtype)
     cfg = CONFIGS.get(d, DEFAULT)
-    block_m = min(cfg.block_m, max(16, next_pow2(m))) if not INTERPRET else 16
+    block_m = min(cfg.block_m, dot_dim(m)) if not INTERPRET else 16
     _FLASH[(cdiv(m, block_m), h)](
         q, k_cache, v_cache, pos, out, m, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
-        LOG2E / d**0.5, GROUP=h // kvh, HEAD_DIM=d, BLOCK_D=max(16, next_pow2(d)),
+        LOG2E / d**0.5, GROUP=h // kvh, HEAD_DIM=d, BLOCK_D=dot_dim(d),
         BLOCK_M=block_m, BLOCK_N=16 if INTERPRET else cfg.block_n, FP32=q.dtype == torch.float32,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

@@ -38,6 +38,11 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def dot_dim(n: int) -> int:
+    """A block side for tl.dot: the next power of two, at least 16 (tl.dot needs 16 along every side)."""
+    return max(16, next_pow2(n))
+
+
 @functools.lru_cache
 def use_pdl(device: torch.device) -> bool:
     """PDL needs compute capability 9.0 (griddepcontrol); the interpreter has no inline PTX."""

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import INTERPRET, cdiv, next_pow2
+from .gemv import INTERPRET, cdiv, dot_dim, next_pow2
 from .launcher import Launcher
 
 
@@ -162,14 +162,10 @@ def tile_config(table: dict[int, TileConfig], m: int, k: int, elem_bytes: int = 
     The tables are for 2-byte activations; fp32 ones (the exact path the golden tests run) get half as deep
     K tiles, so the pipeline's buffers still fit in shared memory."""
     if INTERPRET:  # numpy runs one program at a time: few, large programs
-        return TileConfig(min(64, _pow2(m)), 32, min(64, _pow2(k)), 4, 1)
+        return TileConfig(min(64, dot_dim(m)), 32, min(64, dot_dim(k)), 4, 1)
     cfg = next((table[bound] for bound in sorted(table) if m <= bound), table[max(table)])
-    block_k = min(cfg.block_k * 2 // elem_bytes, _pow2(k))
-    return TileConfig(min(cfg.block_m, _pow2(m)), cfg.block_n, block_k, cfg.num_warps, cfg.num_stages, cfg.group_m)
-
-
-def _pow2(n: int) -> int:
-    return max(16, next_pow2(n))  # tl.dot needs 16 along every side
+    block_k = min(cfg.block_k * 2 // elem_bytes, dot_dim(k))
+    return TileConfig(min(cfg.block_m, dot_dim(m)), cfg.block_n, block_k, cfg.num_warps, cfg.num_stages, cfg.group_m)
 
 
 # Fewest rows for TMA loads, and for making their descriptors on the host. H100, 7B bf16, time to first token
