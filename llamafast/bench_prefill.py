@@ -12,6 +12,7 @@ attention FLOPs a prefill must do (LM head for the last position only).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -65,6 +66,17 @@ def random_prompts(lengths: list[int], vocab_size: int, seed: int = 0) -> dict[i
     """One prompt per length: BOS, then ids drawn uniformly past the control pieces (A/B scripts' prompts)."""
     gen = torch.Generator().manual_seed(seed)
     return {n: [1] + torch.randint(3, vocab_size, (n - 1,), generator=gen).tolist() for n in lengths}
+
+
+def host_time(fn: Callable[[], object]) -> float:
+    """Seconds the host spends in fn(), starting with an idle GPU; fn's GPU work is waited for afterwards, so
+    the next call starts idle too (A/B scripts: the host's time to queue a prefill)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    t = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return t
 
 
 def time_prefill(engine: Engine, ids: list[int], reps: int) -> list[float]:

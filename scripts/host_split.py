@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import time
 
 import torch
 
-from llamafast.bench_prefill import random_prompts, time_prefill
+from llamafast.bench_prefill import host_time, random_prompts, time_prefill
 from llamafast.config import Backend, DType, SamplingConfig
 from llamafast.generate import Engine
 from llamafast.load import random_model
@@ -23,14 +22,7 @@ launcher = importlib.import_module("llamafast.kernels.launcher")
 
 
 def best_of(fn, n: int = 20) -> float:
-    times = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        torch.cuda.synchronize()
-    return min(times) * 1e3
+    return min(host_time(fn) for _ in range(n)) * 1e3
 
 
 def main() -> None:

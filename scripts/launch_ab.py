@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import statistics
-import time
 
 import torch
 
-from llamafast.bench_prefill import random_prompts, time_prefill
+from llamafast.bench_prefill import host_time, random_prompts, time_prefill
 from llamafast.config import Backend, DType, SamplingConfig
 from llamafast.generate import Engine
 from llamafast.load import random_model
@@ -25,12 +24,7 @@ launcher = importlib.import_module("llamafast.kernels.launcher")
 def queue_time(engine: Engine, ids: list[int]) -> float:
     """Seconds the host takes to issue the prompt's forward pass, starting with an idle GPU."""
     tokens = torch.tensor(ids, dtype=torch.long, device="cuda")
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    engine.prompt_logits(tokens)
-    t = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return t
+    return host_time(lambda: engine.prompt_logits(tokens))
 
 
 def main() -> None:
