@@ -9,6 +9,7 @@ llama2.c (.bin, versions 0 and 1) and llamafast's own (safetensors with its form
 from __future__ import annotations
 
 import json
+import pickle
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,7 +59,7 @@ def _detect(path: Path) -> Callable[[Path], Checkpoint]:
         if (path / "params.json").is_file() and any(path.glob("consolidated.*.pth")):
             return _read_meta
         files = sorted(path.glob("*.safetensors"))
-        if files and LLAMAFAST_FORMAT_KEY in _safetensors_metadata(files[0]):
+        if files and LLAMAFAST_FORMAT_KEY in safetensors_metadata(files[0]):
             return _read_llamafast
         if files and (path / "config.json").is_file():
             return _read_hf
@@ -68,19 +69,24 @@ def _detect(path: Path) -> Callable[[Path], Checkpoint]:
         )
     head = _head(path, 32)
     if _looks_like_safetensors(head):
-        if LLAMAFAST_FORMAT_KEY in _safetensors_metadata(path):
+        if LLAMAFAST_FORMAT_KEY in safetensors_metadata(path):
             return _read_llamafast
         raise LlamafastError(f"{path} is a safetensors file without llamafast metadata: pass its directory")
-    if len(head) >= 8 and struct.unpack("<I", head[:4])[0] == LLAMA2C_MAGIC or _llama2c_v0_config(path):
-        return _read_llama2c
     if head[:2] == b"PK":
         raise LlamafastError(f"{path} is a PyTorch file: pass the directory holding it with its params.json")
-    raise LlamafastError(f"unknown checkpoint format: {path}")
+    if len(head) >= 8 and struct.unpack("<I", head[:4])[0] == LLAMA2C_MAGIC or _llama2c_v0_header(path):
+        return _read_llama2c
+    raise LlamafastError(
+        f"unknown checkpoint format: {path} (expected a directory, or a llama2.c .bin or llamafast .safetensors file)"
+    )
 
 
 def _head(path: Path, n: int) -> bytes:
-    with open(path, "rb") as f:
-        return f.read(n)
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except OSError as e:
+        raise LlamafastError(f"cannot read {path}: {e.strerror}") from None
 
 
 def _find_tokenizer(ckpt: Checkpoint, given: Path | None) -> Path | None:
@@ -100,10 +106,16 @@ def _find_tokenizer(ckpt: Checkpoint, given: Path | None) -> Path | None:
 # Meta's fairscale layers: ColumnParallelLinear shards dim 0, RowParallelLinear and ParallelEmbedding dim 1.
 _META_SHARD_DIM = {"wq": 0, "wk": 0, "wv": 0, "w1": 0, "w3": 0, "output": 0, "wo": 1, "w2": 1, "tok_embeddings": 1}
 _META_IGNORED = {"rope.freqs"}  # Meta ships the RoPE frequencies; they are recomputed
+# params.json fields of later Meta releases that change the arithmetic (Llama 3.1's scaled RoPE, Llama 4's
+# experts and chunked attention): refused when set, never ignored.
+_META_UNSUPPORTED = ("use_scaled_rope", "rope_scaling", "moe_args", "vision_args", "attention_chunk_size", "use_qk_norm")
 
 
 def _read_meta(path: Path) -> Checkpoint:
     params = _read_json(path / "params.json")
+    for key in _META_UNSUPPORTED:
+        if params.get(key):
+            raise LlamafastError(f"{path / 'params.json'}: {key} = {json.dumps(params[key])} is not supported by llamafast")
     shards = sorted(path.glob("consolidated.*.pth"))
     states = [_torch_load(s) for s in shards]
     tensors = {}
@@ -113,16 +125,29 @@ def _read_meta(path: Path) -> Checkpoint:
         parts = [_shard_tensor(st, name, s) for st, s in zip(states, shards)]
         tensors[name] = _merged_ref(name, parts, shards)
     emb = tensors.get("tok_embeddings.weight")
-    if params.get("vocab_size", -1) <= 0 and emb is not None:  # Meta writes -1: the tensors know
+    vocab = params.get("vocab_size", -1)
+    if isinstance(vocab, int) and vocab <= 0 and emb is not None:  # Meta writes -1: the tensors know
         params["vocab_size"] = emb.shape[0]
     return Checkpoint(path, "meta", _config(params, path / "params.json"), tensors, None)
 
 
 def _torch_load(path: Path) -> dict:
+    """Tensors only: weights_only refuses pickled objects of any other kind, so no code in the file runs."""
     try:
-        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError... for a bad file
+        try:
+            state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except RuntimeError as e:
+            if "mmap can only be used" not in str(e):
+                raise
+            state = torch.load(path, map_location="cpu", weights_only=True)  # a legacy (not zip) file: read whole
+    except pickle.UnpicklingError:
+        raise LlamafastError(f"{path} holds Python objects other than tensors; llamafast reads only plain tensor "
+                             "checkpoints and never runs code from a file") from None
+    except Exception as e:  # torch raises RuntimeError, EOFError... for a truncated or corrupt file
         raise LlamafastError(f"cannot read {path}: {str(e).splitlines()[0]}") from None
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise LlamafastError(f"{path} is not a state dict of tensors")
+    return state
 
 
 def _shard_tensor(state: dict, name: str, shard: Path) -> torch.Tensor:
@@ -164,10 +189,10 @@ _HF_LAYER_NAMES = {
 
 def _read_hf(path: Path) -> Checkpoint:
     cfg = _read_json(path / "config.json")
+    origin = path / "config.json"
     if cfg.get("model_type", "llama") != "llama":
-        raise LlamafastError(f"{path}/config.json describes a {cfg['model_type']!r} model, not Llama")
-    if cfg.get("rope_scaling"):
-        raise LlamafastError(f"{path}/config.json uses rope_scaling, which llamafast does not support")
+        raise LlamafastError(f"{origin} describes a {cfg['model_type']!r} model, not Llama")
+    _refuse_unimplemented(cfg, origin)
     config = _config(
         {
             "dim": cfg.get("hidden_size"),
@@ -177,10 +202,11 @@ def _read_hf(path: Path) -> Checkpoint:
             "vocab_size": cfg.get("vocab_size"),
             "hidden_dim": cfg.get("intermediate_size"),
             "norm_eps": cfg.get("rms_norm_eps", 1e-5),
-            "rope_theta": cfg.get("rope_theta", 10000.0),
+            "rope_theta": _rope(cfg).get("rope_theta", cfg.get("rope_theta", 10000.0)),
             "max_seq_len": cfg.get("max_position_embeddings", 4096),
         },
-        path / "config.json",
+        origin,
+        _HF_CONFIG_KEYS,
     )
     tensors = {}
     for file in _hf_files(path):
@@ -189,7 +215,54 @@ def _read_hf(path: Path) -> Checkpoint:
             name = _hf_to_meta(key)
             if name is not None:
                 tensors[name] = _hf_ref(handle, key, name, file, config)
+    if cfg.get("tie_word_embeddings") is True:
+        tensors.pop("output.weight", None)  # transformers ties the head to the embedding after loading
+    elif cfg.get("tie_word_embeddings") is False and "output.weight" not in tensors:
+        raise LlamafastError(f"{path}: lm_head.weight missing, and {origin.name} says tie_word_embeddings false")
     return Checkpoint(path, "hf", config, tensors, None)
+
+
+_HF_CONFIG_KEYS = {
+    "dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads", "vocab_size": "vocab_size", "hidden_dim": "intermediate_size",
+    "norm_eps": "rms_norm_eps", "rope_theta": "rope_theta", "max_seq_len": "max_position_embeddings",
+}
+
+
+def _rope(cfg: dict) -> dict:
+    """RoPE settings in either layout: transformers 5's `rope_parameters` table or the older top-level
+    `rope_theta` with an optional `rope_scaling` table."""
+    params = cfg.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise LlamafastError(f"config.json: rope_parameters must be a table, got {params!r}")
+    return params or {}
+
+
+def _refuse_unimplemented(cfg: dict, origin: Path) -> None:
+    """Every config.json field that changes the arithmetic and that llamafast does not implement is refused
+    by name; fields that do not change it (dropout, initializer_range, pretraining_tp, ...) are ignored."""
+    head_dim = cfg.get("head_dim")
+    heads, width = cfg.get("num_attention_heads"), cfg.get("hidden_size")
+    problems = {
+        "rope_parameters.rope_type": _rope(cfg).get("rope_type", _rope(cfg).get("type", "default")),
+        "rope_parameters.partial_rotary_factor": _rope(cfg).get("partial_rotary_factor", 1.0),
+        "rope_scaling": cfg.get("rope_scaling"),
+        "attention_bias": cfg.get("attention_bias", False),
+        "mlp_bias": cfg.get("mlp_bias", False),
+        "sliding_window": cfg.get("sliding_window"),
+        "hidden_act": cfg.get("hidden_act", "silu"),
+    }
+    allowed = {"rope_parameters.rope_type": ("default",), "rope_parameters.partial_rotary_factor": (1, 1.0),
+               "rope_scaling": (None,), "attention_bias": (False,), "mlp_bias": (False,),
+               "sliding_window": (None,), "hidden_act": ("silu",)}
+    if isinstance(cfg.get("rope_scaling"), dict) and cfg["rope_scaling"].get("rope_type", "") == "default":
+        problems["rope_scaling"] = None  # an explicit default is no scaling
+    for key, value in problems.items():
+        if value not in allowed[key]:
+            raise LlamafastError(f"{origin}: {key} = {json.dumps(value)} is not supported by llamafast")
+    if head_dim is not None and isinstance(heads, int) and heads > 0 and head_dim * heads != width:
+        raise LlamafastError(f"{origin}: head_dim = {head_dim} is not hidden_size / num_attention_heads "
+                             f"({width} / {heads}), which llamafast does not support")
 
 
 def _hf_files(path: Path) -> list[Path]:
@@ -242,17 +315,16 @@ _ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16
 # --- llama2.c: .bin, version 0 (legacy) and version 1 ----------------------------------------------
 
 
-def _llama2c_v0_config(path: Path) -> ModelConfig | None:
-    """The legacy header is 7 int32 and no magic: trust it only if the file size matches exactly."""
+def _llama2c_v0_header(path: Path) -> tuple[int, ...] | None:
+    """The legacy header is 7 int32 and no magic: dim, hidden, layers, heads, kv heads, vocab (negative when
+    the classifier is not shared), context. Taken for one when the sizes are positive and the heads divide."""
     header = _head(path, 28)
     if len(header) < 28:
         return None
-    dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = struct.unpack("<7i", header)
-    if min(dim, hidden, n_layers, n_heads, n_kv, seq_len) <= 0 or dim % n_heads or n_heads % n_kv:
+    dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = values = struct.unpack("<7i", header)
+    if min(dim, hidden, n_layers, n_heads, n_kv, seq_len, abs(vocab)) <= 0 or dim % n_heads or n_heads % n_kv:
         return None
-    config = ModelConfig(dim, n_layers, n_heads, n_kv, abs(vocab), hidden_dim=hidden, max_seq_len=seq_len)
-    expected = 28 + 4 * sum(n for _, n in _llama2c_layout(config, vocab > 0, legacy=True))
-    return config if path.stat().st_size == expected else None
+    return values
 
 
 def _llama2c_layout(c: ModelConfig, shared: bool, legacy: bool) -> list[tuple[str, int]]:
@@ -274,21 +346,26 @@ def _llama2c_layout(c: ModelConfig, shared: bool, legacy: bool) -> list[tuple[st
 
 def _read_llama2c(path: Path) -> Checkpoint:
     head = _head(path, 256)
-    if struct.unpack("<I", head[:4])[0] == LLAMA2C_MAGIC:
+    if len(head) >= 8 and struct.unpack("<I", head[:4])[0] == LLAMA2C_MAGIC:
         version = struct.unpack("<i", head[4:8])[0]
         if version != 1:
             raise LlamafastError(f"{path}: llama2.c export version {version} is not supported (only 0 and 1, fp32)")
+        if len(head) < 37:
+            raise LlamafastError(f"{path}: truncated llama2.c header ({len(head)} bytes)")
         dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = struct.unpack("<7i", head[8:36])
         shared, offset, legacy = bool(head[36]), 256, False
-        config = ModelConfig(dim, n_layers, n_heads, n_kv, vocab, hidden_dim=hidden, max_seq_len=seq_len)
     else:
-        config = _llama2c_v0_config(path)
-        if config is None:
-            raise LlamafastError(f"{path}: not a llama2.c checkpoint, or truncated")
-        shared, offset, legacy = struct.unpack("<7i", head[:28])[5] > 0, 28, True
+        dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = _llama2c_v0_header(path)
+        shared, offset, legacy, vocab = vocab > 0, 28, True, abs(vocab)
+    config = _config({"dim": dim, "n_layers": n_layers, "n_heads": n_heads, "n_kv_heads": n_kv, "vocab_size": vocab,
+                      "hidden_dim": hidden, "max_seq_len": seq_len}, f"{path} (llama2.c header)")
     layout = _llama2c_layout(config, shared, legacy)
-    if path.stat().st_size != offset + 4 * sum(n for _, n in layout):
-        raise LlamafastError(f"{path}: size does not match its llama2.c header (truncated?)")
+    expected, size = offset + 4 * sum(n for _, n in layout), path.stat().st_size
+    if size != expected:
+        raise LlamafastError(
+            f"{path}: its llama2.c (version {0 if legacy else 1}) header says dim {dim}, {n_layers} layers, vocab "
+            f"{vocab}, which take {expected:,} bytes, but the file has {size:,} (truncated, or not a llama2.c file)"
+        )
     data = torch.from_numpy(np.memmap(path, dtype=np.float32, mode="c", offset=offset))
     tensors, at, shapes = {}, 0, expected_shapes(config)
     for name, n in layout:
@@ -304,7 +381,7 @@ def _read_llama2c(path: Path) -> Checkpoint:
 
 def _read_llamafast(path: Path) -> Checkpoint:
     files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
-    meta = _safetensors_metadata(files[0])
+    meta = safetensors_metadata(files[0])
     if meta[LLAMAFAST_FORMAT_KEY] != "1":
         raise LlamafastError(f"{files[0]}: llamafast format version {meta[LLAMAFAST_FORMAT_KEY]} is newer than this llamafast")
     try:
@@ -341,18 +418,23 @@ def expected_shapes(c: ModelConfig, fused: bool = False) -> dict[str, tuple[int,
     return shapes
 
 
-def _config(params: dict, origin: Path) -> ModelConfig:
+def _config(params: dict, origin: Path | str, names: dict[str, str] | None = None) -> ModelConfig:
     try:
-        return ModelConfig.from_dict({k: v for k, v in params.items() if v is not None})
+        return ModelConfig.from_dict({k: v for k, v in params.items() if v is not None}, names)
     except TypeError as e:
         raise LlamafastError(f"{origin}: incomplete model config ({e})") from None
+    except LlamafastError as e:
+        raise LlamafastError(f"{origin}: {e}") from None
 
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError) as e:
         raise LlamafastError(f"cannot read {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise LlamafastError(f"{path}: expected a JSON object at the top level, got a {type(data).__name__}")
+    return data
 
 
 def _safe_open(file: Path):
@@ -366,7 +448,7 @@ def _looks_like_safetensors(head: bytes) -> bool:
     return len(head) > 9 and head[8:9] == b"{" and 2 <= struct.unpack("<Q", head[:8])[0] < 100_000_000
 
 
-def _safetensors_metadata(file: Path) -> dict[str, str]:
+def safetensors_metadata(file: Path) -> dict[str, str]:
     head = _head(file, 8)
     if not _looks_like_safetensors(head + _head(file, 10)[8:]):
         return {}

@@ -5,6 +5,7 @@ generate and info live here; bench in cli_bench.py, convert-fp8 in cli_convert.p
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -25,7 +26,29 @@ from llamafast.generate import Engine, generate as generate_text
 from llamafast.load import DECODE_MODES, load_model, open_model
 from llamafast.quant import FP8Format
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
+class _Commands(typer.core.TyperGroup):
+    """Typer's own usage errors (an unknown --dtype value, an option without its value) end like every other
+    bad input: one `error:` line and exit code 1, not a boxed message and exit code 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _click.exceptions.NoArgsIsHelpError as e:  # bare `llamafast`: the help, as before
+            typer.echo(e.format_message())
+            code = 0
+        except _click.exceptions.ClickException as e:
+            typer.echo(f"error: {' '.join(e.format_message().split())}", err=True)
+            code = 1
+        except typer.Abort:
+            code = 130
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+# Typer vendors click from 0.20 on; older releases import it.
+_click = getattr(typer.core, "_click", None) or importlib.import_module("click")
+# rich_markup_mode=None: help texts are plain text, so their "[default: 0.6]" is shown, not read as markup.
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_Commands,
+                  rich_markup_mode=None)
 app.command()(bench)
 app.command("convert-fp8")(convert_fp8)
 
@@ -57,6 +80,7 @@ def generate(
     """Generate text from a prompt, streaming it as it is sampled."""
     with clean_errors():
         run = preset(config)
+        run.refuse_unused("generate", GENERATE_KEYS)
         s = run.sampling
         sampling = SamplingConfig(
             pick(temperature, s.temperature), pick(top_k, s.top_k), pick(top_p, s.top_p),
@@ -66,16 +90,20 @@ def generate(
         max_new = pick(max_new_tokens, run.max_new_tokens)
         if max_new < 1:
             raise LlamafastError("--max-new-tokens must be at least 1")
+        if system is not None and not chat:
+            raise LlamafastError("--system applies only with --chat")
         text = read_prompt(prompt, prompt_file)
         dev = device_or_default(pick(device, run.device))
         opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
         tok = opened.tokenizer
         ids = tok.chat(text, system) if chat else tok.encode(text)
         check_context(len(ids), max_new, opened.config.max_seq_len)  # refused before any weights load
+        if not text and not json_out:
+            err.print("[dim]empty prompt: generating from the beginning-of-sequence token alone[/dim]")
         with progress_bar() as update:
             lm = load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
                             fp8_format if fp8 else None)
-        engine = Engine(lm.model, sampling, len(ids) + max_new, DECODE_MODES[lm.backend])
+        engine = Engine(lm.model, sampling, len(ids) + max_new, DECODE_MODES[lm.backend], n_vocab=tok.vocab_size)
         if echo and not json_out:
             _write(text)
         done = generate_text(engine, tok, ids, max_new, stop or [], on_text=None if json_out else _write)
@@ -92,6 +120,10 @@ def generate(
         )
 
 
+# The preset keys generate reads; a bench preset's shape or prompt_len given to it is an error, not ignored.
+GENERATE_KEYS = {"model", "tokenizer", "device", "dtype", "backend", "max_new_tokens", "sampling"}
+
+
 def _write(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
@@ -106,7 +138,11 @@ def info(
 ):
     """Describe a checkpoint: format, config, parameters, weight format and bytes read per token."""
     with clean_errors():
+        if shape and (model or tokenizer):
+            raise LlamafastError("--shape describes a known shape; it does not go with --model or --tokenizer")
         data = info_lib.describe_shape(shape) if shape else info_lib.describe_checkpoint(model, tokenizer)
+        if "problem" in data:
+            err.print(f"warning: {data['problem']}")
         if json_out:
             print(json.dumps(data))
             return

@@ -51,6 +51,8 @@ def bench(
     (--prefill: time to first token per prompt length; --kernels: each kernel against its reference)."""
     with clean_errors():
         run = preset(config)
+        run.refuse_unused("bench", BENCH_KEYS)
+        backend = backend or ([run.backend] if run.backend else None)
         dev = device_or_default(pick(device, run.device))
         fmt = fp8_format if fp8 else None
         if kernels:
@@ -76,6 +78,11 @@ def bench(
             print(json.dumps(report.to_dict()))
         else:
             _print_report(report)
+
+
+# The preset keys bench reads (it decodes greedily: a [sampling] table would be ignored, so it is refused).
+BENCH_KEYS = {"model", "tokenizer", "shape", "random_weights", "device", "dtype", "backend", "max_new_tokens",
+              "prompt_len"}
 
 
 def _lengths(text: str, context: int) -> list[int]:

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import torch
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
-from llamafast.config import DType, RunConfig, load_preset
+from llamafast.config import DType
 from llamafast.errors import LlamafastError
 from llamafast.load import resolve_device
+from llamafast.presets import RunConfig, load_preset
 from llamafast.quant import FP8Format
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -23,7 +25,7 @@ ModelOpt = Annotated[Optional[Path], typer.Option("--model", "-m", help="Checkpo
 TokenizerOpt = Annotated[Optional[Path], typer.Option(help="SentencePiece tokenizer.model (default: the one beside the checkpoint).")]
 DeviceOpt = Annotated[Optional[str], typer.Option(help="cuda, cuda:N or cpu (default: cuda when available).")]
 DTypeOpt = Annotated[Optional[DType], typer.Option(help="Activation and weight dtype (auto: the checkpoint's on CUDA, float32 on the CPU).")]
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A TOML run preset (see configs/); options given here override it.")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A TOML run preset: a file, or the name of one that ships with llamafast (chat, greedy, bench-7b, ...); options given here override it.")]
 FP8Opt = Annotated[bool, typer.Option("--fp8", help="Quantize a float checkpoint's linear weights to FP8 as it loads.")]
 FP8FormatOpt = Annotated[FP8Format, typer.Option(help="FP8 format: e5m2 (no scales) or e4m3 (per-channel scales, compute capability 8.9+).")]
 
@@ -34,13 +36,23 @@ def clean_errors():
     try:
         yield
     except LlamafastError as e:
-        typer.echo(f"error: {' '.join(str(e).split())}", err=True)
-        raise typer.Exit(1) from None
+        fail(str(e))
     except torch.cuda.OutOfMemoryError as e:
-        typer.echo(f"error: out of GPU memory: {str(e).splitlines()[0]}", err=True)
-        raise typer.Exit(1) from None
+        fail(f"out of GPU memory: {str(e).splitlines()[0]}")
+    except RuntimeError as e:
+        if "can't allocate memory" not in str(e) and "not enough memory" not in str(e):
+            raise
+        fail(f"out of host memory: {str(e).splitlines()[0]}")
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    except BrokenPipeError:  # `llamafast generate ... | head`: the reader has all it wanted
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the interpreter's final flush must not fail again)
+        raise typer.Exit(0) from None
+
+
+def fail(message: str) -> NoReturn:
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    raise typer.Exit(1) from None
 
 
 def preset(path: Path | None) -> RunConfig:
@@ -81,16 +93,29 @@ def device_or_default(name: str | None):
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    """The prompt from the argument, a file or standard input (`-`). Text from a file or standard input loses
+    one trailing newline, the one `echo` and editors add; it must be UTF-8."""
     if prompt_file is not None:
         if prompt is not None:
             raise LlamafastError("give either PROMPT or --prompt-file, not both")
         try:
-            return prompt_file.read_text()
+            return _text(prompt_file.read_bytes(), f"--prompt-file {prompt_file}")
         except OSError as e:
             raise LlamafastError(f"cannot read --prompt-file {prompt_file}: {e.strerror}") from None
     if prompt is None:
         raise LlamafastError("no prompt: give PROMPT, --prompt-file, or - to read standard input")
-    return sys.stdin.read() if prompt == "-" else prompt
+    if prompt != "-":
+        return prompt
+    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    return _text(raw, "standard input")
+
+
+def _text(raw: bytes, origin: str) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LlamafastError(f"{origin} is not UTF-8 text: byte {e.start} is 0x{raw[e.start]:02x}") from None
+    return text.removesuffix("\n").removesuffix("\r")
 
 
 def check_context(n_prompt: int, max_new: int, context: int) -> None:

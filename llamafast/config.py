@@ -8,10 +8,9 @@ MODEL_CONFIGS holds the shapes llamafast knows by exact name; RunConfig is how a
 from __future__ import annotations
 
 import dataclasses
-import tomllib
+import math
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 
 from llamafast.errors import LlamafastError
 
@@ -31,6 +30,7 @@ class ModelConfig:
     hidden_dim: int | None = None  # FFN width F; None derives it from dim like Meta's FeedForward
 
     def __post_init__(self) -> None:
+        check_fields(self.__dict__)
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         if self.hidden_dim is None:
@@ -56,9 +56,30 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> ModelConfig:
+    def from_dict(cls, d: dict, names: dict[str, str] | None = None) -> ModelConfig:
+        """Known fields of d (unknown ones are ignored); names maps fields to the source's own keys (HF's
+        hidden_size for dim), so that an error names the key the user sees in their file."""
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        values = {k: v for k, v in d.items() if k in known}
+        check_fields(values, names or {})
+        return cls(**values)
+
+
+_INT_FIELDS = ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "multiple_of", "max_seq_len", "hidden_dim")
+_FLOAT_FIELDS = ("ffn_dim_multiplier", "norm_eps", "rope_theta")
+
+
+def check_fields(values: dict, names: dict[str, str] | None = None) -> None:
+    """Sizes are positive integers and the float fields positive finite numbers (None where allowed), so
+    that a config with 0 heads or a string width is refused by name instead of failing in arithmetic."""
+    names = names or {}
+    for key, value in values.items():
+        if value is None or key not in _INT_FIELDS + _FLOAT_FIELDS:
+            continue
+        number = isinstance(value, int) if key in _INT_FIELDS else isinstance(value, (int, float))
+        if isinstance(value, bool) or not number or not math.isfinite(value) or value <= 0:
+            kind = "a positive integer" if key in _INT_FIELDS else "a positive number"
+            raise LlamafastError(f"{names.get(key, key)} must be {kind}, got {value!r}")
 
 
 def _ffn_width(c: ModelConfig) -> int:
@@ -114,48 +135,18 @@ class SamplingConfig:
     seed: int | None = None  # None draws one and reports it
 
     def validate(self) -> None:
+        """Infinite temperatures and penalties are refused rather than given a meaning: inf / inf is NaN in
+        the logits, and a uniform draw or a ban on every seen token is better asked for explicitly."""
         checks = [
-            (self.temperature >= 0, "--temperature must be >= 0"),
+            (0 <= self.temperature < math.inf, "--temperature must be a finite number >= 0 (0 is greedy)"),
             (self.top_k >= 0, "--top-k must be >= 0"),
             (0 < self.top_p <= 1, "--top-p must be in (0, 1]"),
-            (self.repetition_penalty > 0, "--repetition-penalty must be > 0"),
+            (0 < self.repetition_penalty < math.inf, "--repetition-penalty must be a finite number > 0"),
+            (self.seed is None or SEED_MIN <= self.seed <= SEED_MAX, f"--seed must be in [{SEED_MIN}, {SEED_MAX}]"),
         ]
         for ok, message in checks:
             if not ok:
                 raise LlamafastError(message)
 
 
-@dataclass
-class RunConfig:
-    """A run preset; configs/*.toml map 1:1 onto these fields (sampling in a [sampling] table)."""
-
-    model: str | None = None  # checkpoint path; None is the bundled stories260K
-    tokenizer: str | None = None
-    shape: str | None = None  # with random_weights: a MODEL_CONFIGS name
-    random_weights: bool = False
-    device: str | None = None  # None: cuda when available, else cpu
-    dtype: DType = DType.auto
-    backend: Backend | None = None  # None: the default for the device
-    max_new_tokens: int = 256
-    prompt_len: int = 16  # bench: prompt tokens
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-
-
-def load_preset(path: Path) -> RunConfig:
-    """Read a TOML preset; unknown keys are an error, so a typo never passes silently."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise LlamafastError(f"config file not found: {path}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise LlamafastError(f"config file {path} is not valid TOML: {e}") from None
-    sampling = data.pop("sampling", {})
-    run_fields = {f.name for f in dataclasses.fields(RunConfig)} - {"sampling"}
-    sampling_fields = {f.name for f in dataclasses.fields(SamplingConfig)}
-    unknown = sorted(set(data) - run_fields) + sorted(f"sampling.{k}" for k in set(sampling) - sampling_fields)
-    if unknown:
-        raise LlamafastError(f"config file {path} has unknown keys: {', '.join(unknown)}")
-    run = RunConfig(**data, sampling=SamplingConfig(**sampling))
-    run.dtype = DType(run.dtype)
-    run.backend = Backend(run.backend) if run.backend else None
-    return run
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed accepts

@@ -16,7 +16,9 @@ import torch
 from llamafast.checkpoint import open_checkpoint
 from llamafast.errors import LlamafastError
 from llamafast.quant import FP8Format, QuantStats, is_quantized_linear, quantize, scale_name
-from llamafast.weights import Progress, _sources, read_tensor, save_checkpoint, validate, weight_format
+from llamafast.weights import (
+    Progress, _sources, check_destination, read_tensor, save_checkpoint, validate, weight_format,
+)
 
 FORMAT_VERSION = "1"
 
@@ -48,14 +50,13 @@ def convert_fp8(
 ) -> ConversionReport:
     t0 = time.perf_counter()
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_destination(Path(dst), force, [src])  # before anything is read or written
     ckpt = open_checkpoint(src, tokenizer)
     validate(ckpt)
     if weight_format(ckpt) != "native":
         raise LlamafastError(f"{src} already holds {weight_format(ckpt)} weights")
     if ckpt.tokenizer is None:
         raise LlamafastError(f"no tokenizer.model found beside {src}; pass --tokenizer")
-    if Path(dst).exists() and not force:
-        raise LlamafastError(f"{dst} exists; pass --force to overwrite it")
     plan = _sources(ckpt)
     if "output.weight" not in plan and not keep_lm_head:  # tied: the LM head gets its own FP8 copy
         plan["output.weight"] = ["tok_embeddings.weight"]
@@ -91,7 +92,7 @@ def convert_fp8(
         "source_format": ckpt.format,
         "lm_head": "kept" if keep_lm_head else "fp8",
     }
-    save_checkpoint(dst, ckpt.config, specs, produce, metadata, ckpt.tokenizer, force, progress)
+    save_checkpoint(dst, ckpt.config, specs, produce, metadata, ckpt.tokenizer, force, progress, [src])
     report.seconds = time.perf_counter() - t0
     report.bytes_written = sum(f.stat().st_size for f in Path(dst).iterdir())
     return report

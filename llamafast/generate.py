@@ -36,15 +36,17 @@ class Engine:
 
     def __init__(
         self, model: Transformer, sampling: SamplingConfig, max_seq_len: int, mode: str = "eager",
-        prefill_chunk: int = PREFILL_CHUNK,
+        prefill_chunk: int = PREFILL_CHUNK, n_vocab: int | None = None,
     ):
         """max_seq_len: positions the KV cache holds (prompt plus new tokens); at most the model's context.
         prefill_chunk: prompt tokens per forward pass; longer prompts run in chunks, each attending to the
-        cache the chunks before it wrote, so activation memory is bounded by the chunk, not the prompt."""
+        cache the chunks before it wrote, so activation memory is bounded by the chunk, not the prompt.
+        n_vocab: the tokenizer's pieces, when fewer than the model's vocabulary; ids past it are never sampled."""
         if model.cache_len != max_seq_len:
             model.setup_cache(max_seq_len)
         device = model.tok_embeddings.weight.device
         self.model, self.sampling, self.mode, self.prefill_chunk = model, sampling, mode, prefill_chunk
+        self.n_vocab = n_vocab if n_vocab is not None and n_vocab < model.config.vocab_size else None
         self.token = torch.zeros(1, dtype=torch.long, device=device)  # (1,) last sampled token
         self.pos = torch.zeros((), dtype=torch.long, device=device)  # position of self.token
         self.seen = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)  # for the penalty
@@ -57,7 +59,7 @@ class Engine:
             self._compiled = torch.compile(self._next_token, mode="reduce-overhead", fullgraph=True)
 
     def _next_token(self, token: torch.Tensor, pos: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
-        return sample(self.model(token, pos)[0], seen, self.sampling)
+        return sample(self.model(token, pos)[0], seen, self.sampling, self.n_vocab)
 
     @torch.no_grad()
     def prefill(self, ids: list[int]) -> None:
@@ -66,7 +68,7 @@ class Engine:
         self.pos.zero_()
         self.seen.zero_()
         self.seen[tokens] = True
-        self._advance(sample(self.prompt_logits(tokens)[0], self.seen, self.sampling), len(ids))
+        self._advance(sample(self.prompt_logits(tokens)[0], self.seen, self.sampling, self.n_vocab), len(ids))
 
     @torch.no_grad()
     def prompt_logits(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -53,7 +53,18 @@ def describe_checkpoint(path: Path | None, tokenizer: Path | None = None) -> dic
     if ckpt.tokenizer is not None:
         tok = Tokenizer(ckpt.tokenizer)
         out["tokenizer"] = {"path": str(ckpt.tokenizer), "vocab": tok.vocab_size, "bos": tok.bos_id, "eos": tok.eos_id}
+        out.update(vocab_mismatch(tok.vocab_size, ckpt.config.vocab_size))
     return out
+
+
+def vocab_mismatch(pieces: int, vocab: int) -> dict:
+    """What generate does with this tokenizer and model: refuse a tokenizer with more pieces than the model
+    has ids; never sample the padding ids past a smaller tokenizer's pieces."""
+    if pieces > vocab:
+        return {"problem": f"the tokenizer has {pieces} pieces but the model only {vocab} ids: generate refuses them"}
+    if pieces < vocab:
+        return {"note": f"the model's last {vocab - pieces} ids have no tokenizer piece and are never sampled"}
+    return {}
 
 
 def describe_shape(name: str) -> dict:

@@ -45,9 +45,11 @@ def resolve_device(name: str | None) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise LlamafastError(f"unknown device {name!r}") from None
+        raise LlamafastError(f"unknown device {name!r}; use cuda, cuda:N or cpu") from None
+    if device.type not in ("cuda", "cpu"):
+        raise LlamafastError(f"--device {name}: llamafast runs on cuda, cuda:N or cpu, not on {device.type}")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise LlamafastError("--device cuda was asked for, but PyTorch sees no CUDA GPU")
+        raise LlamafastError(f"--device {name} was asked for, but PyTorch sees no CUDA GPU")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise LlamafastError(f"--device {name}: PyTorch sees {torch.cuda.device_count()} CUDA GPU(s)")
     return device
@@ -180,7 +182,7 @@ def _tokenizer(ckpt: Checkpoint) -> Tokenizer:
         raise LlamafastError(
             f"tokenizer {ckpt.tokenizer} has {tok.vocab_size} pieces but the model only {ckpt.config.vocab_size}"
         )
-    return tok
+    return tok  # fewer pieces than ids (a padded vocabulary): Engine(n_vocab=...) never samples the rest
 
 
 def _sync(device: torch.device) -> None:

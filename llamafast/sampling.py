@@ -25,13 +25,20 @@ def top_p_filter(probs: torch.Tensor, p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
 
 
-def sample(logits: torch.Tensor, seen: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
-    """logits (V,) fp32, seen (V,) bool -> token (1,) int64, on the logits' device."""
+def sample(logits: torch.Tensor, seen: torch.Tensor, cfg: SamplingConfig, n_vocab: int | None = None) -> torch.Tensor:
+    """logits (V,) fp32, seen (V,) bool -> token (1,) int64, on the logits' device. With n_vocab, only ids below
+    it are drawn: a model whose vocabulary is padded past its tokenizer's pieces never yields an id that the
+    tokenizer cannot decode."""
+    if n_vocab is not None:
+        logits, seen = logits[:n_vocab], seen[:n_vocab]
     if cfg.repetition_penalty != 1.0:
         logits = apply_repetition_penalty(logits, seen, cfg.repetition_penalty)
     if cfg.temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
-    logits = logits / cfg.temperature
+    # Shifted by the maximum before dividing, so that a tiny temperature (1e-38) gives 0 for the best token and
+    # -inf for the rest (a greedy draw) instead of inf - inf = NaN everywhere; below fp32's smallest normal it
+    # is that normal (1e-300 would round to 0 and give 0 / 0).
+    logits = (logits - logits.max()) / max(cfg.temperature, torch.finfo(logits.dtype).tiny)
     if cfg.top_k:
         kth = torch.topk(logits, min(cfg.top_k, logits.shape[-1])).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))

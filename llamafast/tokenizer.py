@@ -36,9 +36,22 @@ class Tokenizer:
 
     def chat(self, user: str, system: str | None = None) -> list[int]:
         """One Llama-2-chat turn: `<s>[INST] <<SYS>>\\n{system}\\n<</SYS>>\\n\\n{user} [/INST]`."""
-        if system:
-            user = B_SYS + system.strip() + E_SYS + user.strip()
-        return self.encode(f"{B_INST} {user.strip()} {E_INST}")
+        messages = ([{"role": "system", "content": system}] if system is not None else [])
+        return self.dialog(messages + [{"role": "user", "content": user}])
+
+    def dialog(self, messages: list[dict[str, str]]) -> list[int]:
+        """A Llama-2-chat conversation as Meta's llama/generation.py chat_completion encodes it: an optional
+        system message folded into the first user message unstripped, then each user/assistant pair as
+        `<s>[INST] {user} [/INST] {answer} </s>`, then the last user message; each text stripped only at the
+        ends of what goes between the tags."""
+        if messages and messages[0]["role"] == "system":
+            first = B_SYS + messages[0]["content"] + E_SYS + messages[1]["content"]
+            messages = [{"role": messages[1]["role"], "content": first}] + messages[2:]
+        ids = []
+        for prompt, answer in zip(messages[:-1:2], messages[1::2]):
+            text = f"{B_INST} {prompt['content'].strip()} {E_INST} {answer['content'].strip()} "
+            ids += self.encode(text) + [self.eos_id]
+        return ids + self.encode(f"{B_INST} {messages[-1]['content'].strip()} {E_INST}")
 
 
 class StreamDecoder:

@@ -3,17 +3,22 @@ random weights for speed work, and the llamafast checkpoint writer (streaming, a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import shutil
+import signal
 import struct
+import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
 
-from llamafast.checkpoint import LLAMAFAST_FORMAT_KEY, Checkpoint, expected_shapes
+from llamafast.checkpoint import LLAMAFAST_FORMAT_KEY, Checkpoint, expected_shapes, safetensors_metadata
 from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
 from llamafast.quant import FP8Format, is_quantized_linear, quantize, scale_name
@@ -103,6 +108,7 @@ def load_state(
     if fp8 is not None and "output.weight" not in plan:  # tied: the LM head gets its own FP8 copy
         plan["output.weight"] = ["tok_embeddings.weight"]
     total = sum(_nbytes(ckpt.tensors[s].shape, ckpt.tensors[s].dtype) for srcs in plan.values() for s in srcs)
+    check_memory(sum(_loaded_bytes(ckpt, name, srcs, dtype, fp8) for name, srcs in plan.items()), device)
     state, done = {}, 0
     for name, srcs in plan.items():
         state.update(_maybe_quantized(name, read_tensor(ckpt, srcs, device, dtype), fp8))
@@ -113,11 +119,49 @@ def load_state(
     return state
 
 
+def _loaded_bytes(ckpt: Checkpoint, name: str, sources: list[str], dtype: torch.dtype, fp8: FP8Format | None) -> int:
+    """Bytes one model tensor takes on the device: FP8 bit patterns 1 byte each, the rest in `dtype`."""
+    shape = (sum(ckpt.tensors[s].shape[0] for s in sources), *ckpt.tensors[sources[0]].shape[1:])
+    stored = ckpt.tensors[sources[0]].dtype
+    one_byte = stored == torch.int8 or (fp8 is not None and is_quantized_linear(name))
+    return _nbytes(shape, torch.int8 if one_byte else stored if name.endswith(".scale") else dtype)
+
+
+def check_memory(nbytes: int, device: torch.device) -> None:
+    """Refuses weights that cannot fit before any is allocated, saying how much is needed and how much is free."""
+    free = free_memory(device)
+    if free is not None and nbytes > free:
+        where = "GPU" if device.type == "cuda" else "host"
+        raise LlamafastError(f"out of memory: the weights need {nbytes / 1e9:.1f} GB of {where} memory on {device}, "
+                             f"and {free / 1e9:.1f} GB is available")
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on the GPU; on the host, Linux's MemAvailable, within the address-space limit (ulimit -v)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    status = {}
+    try:
+        for file in ("/proc/meminfo", "/proc/self/status"):
+            for line in Path(file).read_text().splitlines():
+                key, _, value = line.partition(":")
+                status[key] = int(value.split()[0]) * 1024 if value.strip().endswith("kB") else 0
+    except (OSError, ValueError, IndexError):
+        return None
+    free = status.get("MemAvailable")
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if free is not None and limit != resource.RLIM_INFINITY and "VmSize" in status:
+        free = min(free, limit - status["VmSize"])
+    return free
+
+
 def random_state(config: ModelConfig, device: torch.device, dtype: torch.dtype, seed: int = 0) -> dict[str, torch.Tensor]:
     """Random weights built on the device (no checkpoint, no host copy): N(0, 1/fan_in), norms 1."""
+    shapes = expected_shapes(config, fused=True)
+    check_memory(sum(_nbytes(shape, dtype) for shape in shapes.values()), device)
     gen = torch.Generator(device=device).manual_seed(seed)
     state = {}
-    for name, shape in expected_shapes(config, fused=True).items():
+    for name, shape in shapes.items():
         t = torch.empty(shape, device=device, dtype=dtype)
         if len(shape) == 1:
             t.fill_(1.0)
@@ -164,28 +208,116 @@ def save_checkpoint(
     tokenizer: Path | None,
     force: bool = False,
     progress: Progress | None = None,
+    sources: Iterable[Path] = (),
 ) -> None:
     """Writes dst/model.safetensors one tensor at a time, then dst/tokenizer.model.
 
-    Everything goes into a temporary directory beside dst that is renamed into place at the end,
-    so an interrupted or failed write leaves no dst behind.
+    Everything goes into a temporary directory beside dst that is renamed into place at the end, so an
+    interrupted, terminated or failed write leaves no dst behind; the directory of a process killed by SIGKILL
+    is removed by the next write to the same dst. `sources` (the checkpoint being converted) may
+    not overlap dst; --force replaces only an earlier llamafast checkpoint.
     """
     dst = Path(dst)
-    if dst.exists() and not force:
-        raise LlamafastError(f"{dst} exists; pass --force to overwrite it")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    check_destination(dst, force, sources)
+    tmp = _temporary_dir(dst)
     try:
-        meta = {LLAMAFAST_FORMAT_KEY: "1", "config": json.dumps(config.to_dict()), **metadata}
-        _write_safetensors(tmp / "model.safetensors", specs, produce, meta, progress)
-        if tokenizer is not None:
-            shutil.copyfile(tokenizer, tmp / "tokenizer.model")
-        if dst.exists():
-            shutil.rmtree(dst)
-        os.replace(tmp, dst)
+        with _signals_remove(tmp):
+            meta = {LLAMAFAST_FORMAT_KEY: "1", "config": json.dumps(config.to_dict()), **metadata}
+            _write_safetensors(tmp / "model.safetensors", specs, produce, meta, progress)
+            if tokenizer is not None:
+                shutil.copyfile(tokenizer, tmp / "tokenizer.model")
+            umask = os.umask(0)
+            os.umask(umask)
+            tmp.chmod(0o777 & ~umask)  # mkdtemp made it 0700: others could not read the model
+            if dst.exists():
+                shutil.rmtree(dst)
+            os.replace(tmp, dst)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise LlamafastError(f"cannot write {dst}: {e.strerror or e}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+_TMP_MARK = ".llamafast-tmp-"  # .{dst name}.llamafast-tmp-{pid}-{random}: the pid tells a stale one
+_OUTPUT_FILES = {"model.safetensors", "tokenizer.model"}
+
+
+def check_destination(dst: Path, force: bool, sources: Iterable[Path] = ()) -> None:
+    """Refuses, before anything is written, a dst that equals, contains or lies inside a source, an existing
+    dst without --force, and with --force anything but a previous llamafast checkpoint or an empty directory."""
+    target = dst.resolve()
+    for src in sources:
+        src = Path(src).resolve()
+        if target == src or src in target.parents or target in src.parents:
+            raise LlamafastError(f"{dst} overlaps the source {src}: write the new checkpoint somewhere else")
+    if not dst.exists() and not dst.is_symlink():
+        return
+    if not force:
+        raise LlamafastError(f"{dst} exists; pass --force to overwrite it")
+    if dst.is_symlink() or not dst.is_dir():
+        raise LlamafastError(f"{dst} is not a directory; --force replaces only a previous llamafast checkpoint")
+    names = {p.name for p in dst.iterdir()}
+    weights = dst / "model.safetensors"
+    if not names:
+        return  # an empty directory: nothing to lose
+    if not names <= _OUTPUT_FILES or not weights.is_file() or LLAMAFAST_FORMAT_KEY not in safetensors_metadata(weights):
+        raise LlamafastError(f"{dst} is not a llamafast checkpoint; --force replaces only a previous llamafast "
+                             "checkpoint, never other files")
+
+
+def _temporary_dir(dst: Path) -> Path:
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(dst)
+        return Path(tempfile.mkdtemp(prefix=f".{dst.name}{_TMP_MARK}{os.getpid()}-", dir=dst.parent))
+    except OSError as e:
+        raise LlamafastError(f"cannot write {dst}: {e.strerror or e}") from None
+
+
+def _remove_stale(dst: Path) -> None:
+    """Temporary directories of earlier writes to dst whose process is gone (killed by SIGKILL)."""
+    for tmp in dst.parent.glob(f".{dst.name}{_TMP_MARK}*"):
+        pid = tmp.name.removeprefix(f".{dst.name}{_TMP_MARK}").split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)) and tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+@contextlib.contextmanager
+def _signals_remove(tmp: Path):
+    """On SIGTERM or Ctrl-C while a checkpoint is written, the handler removes the temporary directory and exits
+    (143, 130). Raising from the handler instead is not safe: it can land inside safetensors' native code, which
+    turns the exception into a ValueError. Only the main thread can set signal handlers; elsewhere nothing
+    changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        shutil.rmtree(tmp, ignore_errors=True)
+        if sys.stderr.isatty():
+            sys.stderr.write("\x1b[?25h")  # the progress bar hides the cursor
+        sys.stderr.write(f"error: terminated; removed the unfinished {tmp}\n")
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _write_safetensors(path, specs, produce, metadata, progress) -> None:

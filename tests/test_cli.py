@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from llamafast.cli import app
+from llamafast.config import ModelConfig
+from llamafast.load import bundled_model
 
 from .conftest import STORIES, requires_stories
+from .formats import meta_state, write_hf
 
 runner = CliRunner()
 
@@ -96,6 +101,67 @@ def test_preset_file(tmp_path):
     (tmp_path / "p.toml").write_text('max_new_tokens = 5\n[sampling]\ntemperature = 0.0\n')
     out = json.loads(_run("generate", "Once upon a time", "--config", str(tmp_path / "p.toml"), "--json").stdout)
     assert len(out["token_ids"]) == 5 and out["text"] == ", there was a little"
+
+
+def test_stdin_and_file_lose_one_trailing_newline(tmp_path):
+    """`echo "..." | llamafast generate -` gives the same ids as the bare argument (echo adds a newline)."""
+    args = ("--temperature", "0", "--max-new-tokens", "4", "--json")
+    direct = json.loads(_run("generate", "Once upon a time", *args).stdout)["prompt_ids"]
+    assert json.loads(_run("generate", "-", *args, input="Once upon a time\n").stdout)["prompt_ids"] == direct
+    (tmp_path / "p.txt").write_text("Once upon a time\n")
+    assert json.loads(_run("generate", "--prompt-file", str(tmp_path / "p.txt"), *args).stdout)["prompt_ids"] == direct
+
+
+def test_empty_prompt_is_said_out_loud():
+    r = _run("generate", "-", "--max-new-tokens", "2", input="")
+    assert r.exit_code == 0 and "empty prompt" in r.stderr
+
+
+def test_output_into_a_closed_pipe_exits_quietly():
+    """`llamafast generate ... | head -c 20`: the reader leaves early; no traceback, exit code 0."""
+    cmd = f"{sys.executable} -m llamafast generate 'Once upon a time' --max-new-tokens 200 --device cpu | head -c 20"
+    r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and len(r.stdout) == 20 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_help_shows_defaults():
+    r = _run("generate", "--help")
+    assert "[default: 0.6]" in r.stdout and "[default: 256]" in r.stdout and "greedy ." not in r.stdout
+
+
+def test_usage_errors_are_one_line_exit_1():
+    r = _run("generate", "hi", "--dtype", "unknown")
+    assert r.exit_code == 1 and r.stderr.strip().startswith("error:") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bundled_presets_by_name():
+    out = json.loads(_run("generate", "Once upon a time", "--config", "greedy", "--max-new-tokens", "8", "--json").stdout)
+    assert out["text"] == ", there was a little girl named Lily"[: len(out["text"])] and len(out["token_ids"]) == 8
+
+
+def test_transformers_5_rope_parameters_are_read(tmp_path, tiny_config):
+    """transformers 5 writes rope_parameters {rope_theta, rope_type} instead of a top-level rope_theta."""
+    write_hf(tmp_path, tiny_config, meta_state(tiny_config), tokenizer=bundled_model().with_name("tok512.model"))
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    del cfg["rope_theta"]
+    cfg["rope_parameters"] = {"rope_theta": 500000.0, "rope_type": "default"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    info = json.loads(_run("info", "--model", str(tmp_path), "--json").stdout)
+    assert info["config"]["rope_theta"] == 500000.0
+
+
+def test_padded_vocabulary_never_samples_past_the_tokenizer(tmp_path):
+    """A model with 600 ids and the 512-piece tokenizer: sampled text, never an id the tokenizer lacks."""
+    config = ModelConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=600, multiple_of=8)
+    state = meta_state(config)
+    state["output.weight"][512:] += 5.0  # the padding rows would win every draw
+    write_hf(tmp_path, config, state, tokenizer=bundled_model().with_name("tok512.model"))
+    info = json.loads(_run("info", "--model", str(tmp_path), "--json").stdout)
+    assert "never sampled" in info["note"]
+    r = _run("generate", "hi", "--model", str(tmp_path), "--temperature", "1", "--seed", "1", "--max-new-tokens", "64",
+             "--json")
+    assert r.exit_code == 0, r.stderr
+    assert max(json.loads(r.stdout)["token_ids"]) < 512
 
 
 # --- bad input: one line on stderr, exit code 1 ----------------------------------------------------------

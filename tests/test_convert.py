@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +19,7 @@ from typer.testing import CliRunner
 from llamafast import convert as convert_module
 from llamafast.checkpoint import open_checkpoint
 from llamafast.cli import app
-from llamafast.config import Backend, SamplingConfig
+from llamafast.config import Backend, ModelConfig, SamplingConfig
 from llamafast.convert import convert_fp8
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine, generate
@@ -130,3 +138,60 @@ def test_fp8_greedy_text_stays_close(golden):
     case = golden["prompt_once_upon_a_time"]
     out = generate(Engine(lm.model, SamplingConfig(temperature=0), 69), lm.tokenizer, case["prompt_ids_with_bos"], 64)
     assert out.token_ids[:10] == case["continuation_ids"][:10]
+
+
+# --- faults: a conversion killed midway, permissions ---------------------------------------------------------
+
+BIG = ModelConfig(dim=768, n_layers=8, n_heads=12, vocab_size=512, multiple_of=256)  # 230 MB in fp32
+
+
+def _big_source(tmp_path: Path) -> Path:
+    write_hf(tmp_path / "src", BIG, meta_state(BIG), tokenizer=bundled_model().with_name("tok512.model"))
+    return tmp_path / "src"
+
+
+def _start_and_stop(src: Path, dst: Path, stop: Callable[[subprocess.Popen], None]) -> int:
+    """Starts a conversion in another process and calls stop(process) once it is writing model.safetensors."""
+    proc = subprocess.Popen([sys.executable, "-m", "llamafast", "convert-fp8", str(src), str(dst), "--device", "cpu"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        partial = [p / "model.safetensors" for p in dst.parent.glob(f".{dst.name}.llamafast-tmp-*")]
+        if any(p.is_file() and p.stat().st_size > 0 for p in partial):
+            stop(proc)
+            break
+        time.sleep(0.002)
+    proc.wait(timeout=60)
+    assert not dst.exists(), "the conversion finished before it could be stopped: make BIG bigger"
+    return proc.returncode
+
+
+def _temporaries(dst: Path) -> list[Path]:
+    return list(dst.parent.glob(f".{dst.name}*"))
+
+
+def test_sigkill_midway_leaves_no_dst_and_the_next_run_cleans_up(tmp_path):
+    src, dst = _big_source(tmp_path), tmp_path / "out"
+    assert _start_and_stop(src, dst, lambda p: p.kill()) == -signal.SIGKILL
+    assert len(_temporaries(dst)) == 1  # SIGKILL cannot be caught: the partial directory stays, marked with its pid
+    r = runner.invoke(app, ["convert-fp8", str(src), str(dst), "--device", "cpu", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert _temporaries(dst) == [] and open_checkpoint(dst).metadata["weights"] == "fp8_e5m2"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_ctrl_c_midway_removes_everything(tmp_path, sig):
+    src, dst = _big_source(tmp_path), tmp_path / "out"
+    assert _start_and_stop(src, dst, lambda p: p.send_signal(sig)) == 128 + sig
+    assert _temporaries(dst) == []
+
+
+def test_output_is_readable_by_others(tmp_path):
+    """mkdtemp makes 0700 directories; the converted model follows the umask like any other file."""
+    old = os.umask(0o022)
+    try:
+        convert_fp8(bundled_model(), tmp_path / "out", device=torch.device("cpu"))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "out" / "model.safetensors").stat().st_mode) == 0o644

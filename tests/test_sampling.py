@@ -36,6 +36,26 @@ def test_greedy_and_top_k_1_agree():
     assert sample(logits, seen, SamplingConfig(temperature=1.0, top_k=1, top_p=1.0)) == greedy == logits.argmax()
 
 
+@pytest.mark.parametrize("temperature", [1e-38, 1e-45, 1e-300])
+def test_tiny_temperature_is_greedy_not_unk(temperature):
+    """logits / 1e-38 overflowed to inf and softmax gave NaN: every draw was id 0. Now it is the argmax."""
+    logits = torch.randn(512) * 5
+    seen = torch.zeros(512, dtype=torch.bool)
+    for _ in range(20):
+        assert sample(logits, seen, SamplingConfig(temperature=temperature, top_p=0.9)) == logits.argmax()
+
+
+def test_ids_past_the_tokenizer_are_never_sampled():
+    """A model vocabulary padded past the tokenizer's pieces: the padding ids are never drawn, even when
+    they have the highest logits, greedy or sampled."""
+    logits = torch.zeros(512)
+    logits[500:] = 100.0
+    seen = torch.zeros(512, dtype=torch.bool)
+    assert sample(logits, seen, SamplingConfig(temperature=0), n_vocab=500).item() < 500
+    draws = [sample(logits, seen, SamplingConfig(temperature=1.0, top_p=1.0), n_vocab=500).item() for _ in range(200)]
+    assert max(draws) < 500 and len(set(draws)) > 50
+
+
 def test_draws_follow_the_distribution():
     """The exponential race samples from softmax(logits): 40k draws, each frequency within 0.01."""
     logits = PROBS.log()

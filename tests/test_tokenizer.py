@@ -85,6 +85,33 @@ def test_chat_template(llama2_tok):
     assert llama2_tok.decode(with_system) == "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]"
 
 
+def _meta_chat_completion_tokens(tok: Tokenizer, dialog: list[dict]) -> list[int]:
+    """Meta's llama/generation.py chat_completion, transcribed line by line (the oracle)."""
+    if dialog[0]["role"] == "system":
+        dialog = [{"role": dialog[1]["role"],
+                   "content": "<<SYS>>\n" + dialog[0]["content"] + "\n<</SYS>>\n\n" + dialog[1]["content"]}] + dialog[2:]
+    tokens = sum([tok.encode(f"[INST] {(p['content']).strip()} [/INST] {(a['content']).strip()} ") + [tok.eos_id]
+                  for p, a in zip(dialog[::2], dialog[1::2])], [])
+    return tokens + tok.encode(f"[INST] {(dialog[-1]['content']).strip()} [/INST]")
+
+
+@requires_llama2c
+@pytest.mark.parametrize("system,turns", [
+    (None, ["Hi"]),
+    ("  Be brief.\n", ["\n  Hi there  "]),
+    ("", ["Hi"]),
+    (" sys ", [" q1 ", "  a1\n", "\tq2"]),
+    (None, ["q1", "a1", "q2", "a2", " q3 "]),
+])
+def test_chat_matches_meta_generation_py(llama2_tok, system, turns):
+    """Whitespace in system and user text ends up where Meta's chat_completion puts it, in every position."""
+    dialog = [{"role": "system", "content": system}] if system is not None else []
+    dialog += [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+    assert llama2_tok.dialog(dialog) == _meta_chat_completion_tokens(llama2_tok, dialog)
+    if len(turns) == 1:
+        assert llama2_tok.chat(turns[0], system) == llama2_tok.dialog(dialog)
+
+
 @pytest.mark.parametrize(
     "deltas,stops,expected",
     [

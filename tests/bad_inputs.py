@@ -1,0 +1,291 @@
+"""The bad inputs of test_bad_input.py, as data: (command, what it tries, a setup that writes files under tmp
+and returns the arguments, a needle its one-line error must contain), grouped for README's "What llamafast
+refuses" table (scripts/refusals.py). Files come from tests/formats.py's writers or the bundled stories260K.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from llamafast.load import bundled_model
+
+from .conftest import LLAMA2C
+from .formats import meta_state, write_hf, write_meta
+
+TOK512 = bundled_model().with_name("tok512.model")
+SMALL = {
+    "dim": 32,
+    "n_layers": 2,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "vocab_size": 512,
+    "multiple_of": 8,
+    "max_seq_len": 64,
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    command: str
+    what: str
+    setup: Callable[[Path], list[str]]  # tmp dir -> the arguments after the command
+    needle: str
+    stdin: str | bytes | None = None
+    needs: Path | None = None  # test data the case reads from ../shared
+
+    @property
+    def id(self) -> str:
+        return f"{self.command}: {self.what}"
+
+
+# --- checkpoint writers for the cases --------------------------------------------------------------------------
+
+
+def _hf(tmp: Path, **config_changes) -> Path:
+    from llamafast.config import ModelConfig
+
+    config = ModelConfig(**SMALL)
+    write_hf(tmp / "hf", config, meta_state(config), tokenizer=TOK512)
+    cfg = json.loads((tmp / "hf" / "config.json").read_text())
+    for key, value in config_changes.items():
+        if value is _DROP:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    (tmp / "hf" / "config.json").write_text(json.dumps(cfg))
+    return tmp / "hf"
+
+
+_DROP = object()
+
+
+def _meta(tmp: Path, **param_changes) -> Path:
+    from llamafast.config import ModelConfig
+
+    config = ModelConfig(**SMALL)
+    write_meta(tmp / "meta", config, meta_state(config), tokenizer=TOK512)
+    params = json.loads((tmp / "meta" / "params.json").read_text())
+    params.update(param_changes)
+    (tmp / "meta" / "params.json").write_text(json.dumps(params))
+    return tmp / "meta"
+
+
+def _file(tmp: Path, name: str, data: bytes) -> Path:
+    (tmp / name).write_bytes(data)
+    return tmp / name
+
+
+def _bin_header(tmp: Path, ints: tuple[int, ...], size: int | None = None, magic: bool = False) -> Path:
+    """A llama2.c file with the given header ints (v0, or v1 after the magic), padded with zeros to `size`."""
+    head = (
+        struct.pack("<Ii", 0x616B3432, 1) + struct.pack("<7i", *ints) + b"\x01" if magic else struct.pack("<7i", *ints)
+    )
+    head = head + b"\0" * (256 - len(head)) if magic else head
+    return _file(tmp, "model.bin", head + b"\0" * max(0, (size or 0) - len(head)))
+
+
+class _Payload:
+    """A pickled object whose unpickling would create a file: proof that nothing from the file ran."""
+
+    def __reduce__(self):
+        return (os.makedirs, (os.path.join(tempfile.gettempdir(), "llamafast-pickle-ran"),))
+
+
+def _pickle_pth(tmp: Path) -> list[str]:
+    folder = _meta(tmp)
+    torch.save({"tok_embeddings.weight": _Payload()}, folder / "consolidated.00.pth")
+    return ["hi", "--model", str(folder)]
+
+
+def _copy_bundled(tmp: Path) -> Path:
+    shutil.copy(bundled_model(), tmp / "stories.bin")
+    shutil.copy(TOK512, tmp / "tokenizer.model")
+    return tmp / "stories.bin"
+
+
+def _converted(tmp: Path) -> Path:
+    from llamafast.convert import convert_fp8
+
+    convert_fp8(bundled_model(), tmp / "fp8", device=torch.device("cpu"))
+    return tmp / "fp8"
+
+
+def _preset(tmp: Path, text: str | bytes) -> Path:
+    path = tmp / "preset.toml"
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return path
+
+
+M = lambda folder: ["hi", "--model", str(folder)]  # noqa: E731  a generate call on a checkpoint
+BENCH = ["--random-weights", "--shape", "stories260K", "--device", "cpu"]
+GENERATE = "generate"
+
+CASES_BY_GROUP: dict[str, list[Case]] = {
+    "Checkpoint files": [
+        Case(GENERATE, "a model path that does not exist", lambda t: M(t / "nope"), "model path not found"),
+        Case(GENERATE, "an empty file", lambda t: M(_file(t, "m.bin", b"")), "unknown checkpoint format"),
+        Case(GENERATE, "a file of text", lambda t: M(_file(t, "m.bin", b"hello, not a model")),
+             "unknown checkpoint format"),
+        Case(GENERATE, "a directory with no checkpoint", lambda t: M(t), "cannot tell the checkpoint format"),
+        Case(GENERATE, "a truncated llama2.c .bin (version 0)",
+             lambda t: M(_file(t, "m.bin", bundled_model().read_bytes()[:500000])), "truncated"),
+        Case(GENERATE, "a llama2.c header with a huge dim",
+             lambda t: M(_bin_header(t, (1 << 30, 172, 5, 8, 4, 512, 512))), "truncated, or not a llama2.c file"),
+        Case(GENERATE, "a llama2.c version 1 header with zero heads",
+             lambda t: M(_bin_header(t, (64, 172, 5, 0, 4, 512, 512), magic=True)),
+             "n_heads must be a positive integer"),
+        Case(GENERATE, "a truncated safetensors file",
+             lambda t: M(_truncate(_hf(t) / "model.safetensors", 3000).parent), "truncated"),
+        Case(GENERATE, "a truncated consolidated.00.pth",
+             lambda t: M(_truncate(_meta(t) / "consolidated.00.pth", 3000).parent), "cannot read"),
+        Case(GENERATE, "a .pth that pickles an arbitrary object", _pickle_pth, "never runs code"),
+        Case(GENERATE, "a corrupt tokenizer.model", lambda t: M(_file(_hf(t), "tokenizer.model", b"garbage").parent),
+             "tokenizer"),
+    ],
+    "Configs": [
+        Case(GENERATE, "params.json with one layer too many", lambda t: M(_meta(t, n_layers=3)), "layers.2"),
+        Case("info", "params.json with the wrong KV heads", lambda t: ["--model", str(_meta(t, n_kv_heads=4))],
+             "shape"),
+        Case(GENERATE, "params.json whose top level is a list",
+             lambda t: M(_file(_meta(t), "params.json", b"[1, 2]").parent), "expected a JSON object"),
+        Case(GENERATE, "config.json whose top level is a list", lambda t: M(_file(_hf(t), "config.json", b"[]").parent),
+             "expected a JSON object"),
+        Case(GENERATE, "config.json with num_attention_heads 0", lambda t: M(_hf(t, num_attention_heads=0)),
+             "num_attention_heads must be a positive integer"),
+        Case("info", "config.json with num_attention_heads 0",
+             lambda t: ["--model", str(_hf(t, num_attention_heads=0))], "num_attention_heads"),
+        Case(GENERATE, "config.json with a string hidden_size", lambda t: M(_hf(t, hidden_size="32")),
+             "hidden_size must be a positive integer"),
+    ],
+    "Arithmetic llamafast does not implement": [
+        Case(GENERATE, "transformers 5 rope_parameters with rope_type llama3",
+             lambda t: M(_hf(t, rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0})),
+             "rope_parameters.rope_type"),
+        Case(GENERATE, "a top-level rope_scaling", lambda t: M(_hf(t, rope_scaling={"type": "linear", "factor": 2.0})),
+             "rope_scaling"),
+        Case(GENERATE, "attention_bias true", lambda t: M(_hf(t, attention_bias=True)), "attention_bias"),
+        Case(GENERATE, "mlp_bias true", lambda t: M(_hf(t, mlp_bias=True)), "mlp_bias"),
+        Case(GENERATE, "a head_dim other than hidden_size / heads", lambda t: M(_hf(t, head_dim=16)), "head_dim"),
+        Case(GENERATE, "a sliding_window", lambda t: M(_hf(t, sliding_window=32)), "sliding_window"),
+        Case(GENERATE, "an activation other than SiLU", lambda t: M(_hf(t, hidden_act="gelu")), "hidden_act"),
+        Case(GENERATE, "partial rotary embeddings",
+             lambda t: M(_hf(t, rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.5})),
+             "partial_rotary_factor"),
+        Case(GENERATE, "a model type other than llama", lambda t: M(_hf(t, model_type="mistral")), "not Llama"),
+        Case(GENERATE, "Llama 3.1's use_scaled_rope in params.json", lambda t: M(_meta(t, use_scaled_rope=True)),
+             "use_scaled_rope"),
+        Case(GENERATE, "an untied config without lm_head.weight", lambda t: M(_untied_without_head(t)),
+             "lm_head.weight"),
+    ],
+    "Prompts": [
+        Case(GENERATE, "a prompt file that is not UTF-8",
+             lambda t: ["--prompt-file", str(_file(t, "p.txt", b"caf\xe9"))], "byte 3"),
+        Case(GENERATE, "standard input that is not UTF-8", lambda t: ["-"], "standard input is not UTF-8", b"caf\xe9"),
+        Case(GENERATE, "a prompt file that does not exist", lambda t: ["--prompt-file", str(t / "nope.txt")],
+             "cannot read --prompt-file"),
+        Case(GENERATE, "both PROMPT and --prompt-file", lambda t: ["hi", "--prompt-file", str(_file(t, "p", b"x"))],
+             "not both"),
+        Case(GENERATE, "no prompt at all", lambda t: [], "no prompt"),
+        Case(GENERATE, "a prompt longer than the context", lambda t: ["Once upon a time " * 200], "context is 512"),
+        Case(GENERATE, "prompt plus --max-new-tokens beyond the context",
+             lambda t: ["Once upon a time " * 100, "--max-new-tokens", "256"], "--max-new-tokens"),
+        Case(GENERATE, "--system without --chat", lambda t: ["hi", "--system", "Be brief."], "--system"),
+    ],
+    "Options": [
+        *[Case(GENERATE, f"{flag} {value}", lambda t, f=flag, v=value: ["hi", f, v], flag) for flag, value in [
+            ("--top-p", "0"), ("--top-p", "1.5"), ("--temperature", "-1"), ("--temperature", "inf"), ("--top-k", "-1"),
+            ("--repetition-penalty", "0"), ("--repetition-penalty", "inf"), ("--max-new-tokens", "0"),
+            ("--seed", str(2**64)), ("--seed", str(-(2**63) - 1)),
+        ]],
+        Case(GENERATE, "--dtype with an unknown value", lambda t: ["hi", "--dtype", "unknown"], "--dtype"),
+        Case(GENERATE, "an option without its value", lambda t: ["hi", "--max-new-tokens"], "--max-new-tokens"),
+        Case(GENERATE, "an unknown option", lambda t: ["hi", "--no-such-option"], "--no-such-option"),
+        *[Case(GENERATE, f"--device {d}", lambda t, d=d: ["hi", "--device", d], needle) for d, needle in [
+            ("meta", "not on meta"), ("mps", "not on mps"), ("cuda:9", "cuda:9"), ("potato", "unknown device"),
+        ]],
+    ],
+    "Run presets": [
+        Case(GENERATE, "--config naming a directory", lambda t: ["hi", "--config", str(t)], "is a directory"),
+        Case(GENERATE, "--config naming no file", lambda t: ["hi", "--config", str(t / "nope.toml")], "not found"),
+        Case(GENERATE, "a preset that is not TOML", lambda t: ["hi", "--config", str(_preset(t, "x = = 1"))],
+             "not valid TOML"),
+        Case(GENERATE, "a preset that is not UTF-8", lambda t: ["hi", "--config", str(_preset(t, b"x = '\xe9'"))],
+             "not UTF-8"),
+        Case(GENERATE, "a preset with an unknown key", lambda t: ["hi", "--config", str(_preset(t, "temprature = 1"))],
+             "unknown keys"),
+        Case(GENERATE, "a preset with an unknown dtype", lambda t: ["hi", "--config", str(_preset(t, 'dtype = "fp7"'))],
+             "dtype"),
+        Case(GENERATE, "a preset with an unknown backend",
+             lambda t: ["hi", "--config", str(_preset(t, 'backend = "cuda"'))], "backend"),
+        Case(GENERATE, "a preset with an integer given as a string",
+             lambda t: ["hi", "--config", str(_preset(t, 'max_new_tokens = "5"'))],
+             "max_new_tokens must be an integer"),
+        Case(GENERATE, "a preset with temperature as a string",
+             lambda t: ["hi", "--config", str(_preset(t, '[sampling]\ntemperature = "hot"'))], "sampling.temperature"),
+        Case(GENERATE, "a preset with sampling as a number",
+             lambda t: ["hi", "--config", str(_preset(t, "sampling = 3"))], "[sampling] table"),
+        Case(GENERATE, "a bench preset (shape, random weights)", lambda t: ["hi", "--config", "bench-7b"], "shape"),
+        Case("bench", "a preset with a [sampling] table",
+             lambda t: [*BENCH, "--config", str(_preset(t, "[sampling]\ntemperature = 0.0"))], "sampling"),
+    ],
+    "Tokenizer": [
+        Case(GENERATE, "a tokenizer with more pieces than the model has ids",
+             lambda t: ["hi", "--tokenizer", str(LLAMA2C / "tokenizer.model")], "32000 pieces", needs=LLAMA2C),
+    ],
+    "convert-fp8": [
+        Case("convert-fp8", "DST equal to SRC, with --force", lambda t: [str(_hf(t)), str(t / "hf"), "--force"],
+             "overlaps"),
+        Case("convert-fp8", "DST inside SRC", lambda t: [str(_hf(t)), str(t / "hf" / "fp8")], "overlaps"),
+        Case("convert-fp8", "DST containing SRC, with --force", lambda t: [str(_hf(t)), str(t), "--force"], "overlaps"),
+        Case("convert-fp8", "a llama2.c .bin onto itself, with --force",
+             lambda t: [str(_copy_bundled(t)), str(t / "stories.bin"), "--force"], "overlaps"),
+        Case("convert-fp8", "DST an existing regular file, with --force",
+             lambda t: [str(bundled_model()), str(_file(t, "out", b"keep me")), "--force"], "not a directory"),
+        Case("convert-fp8", "DST a directory of other files, with --force",
+             lambda t: [str(bundled_model()), str(_hf(t)), "--force"], "not a llamafast checkpoint"),
+        Case("convert-fp8", "DST that exists, without --force", lambda t: [str(bundled_model()), str(t)], "--force"),
+        Case("convert-fp8", "DST under a regular file",
+             lambda t: [str(bundled_model()), str(_file(t, "f", b"") / "sub" / "out")], "cannot write"),
+        Case("convert-fp8", "a source that already holds FP8 weights", lambda t: [str(_converted(t)), str(t / "again")],
+             "already holds fp8_e5m2"),
+        Case("convert-fp8", "a source that does not exist", lambda t: [str(t / "nope"), str(t / "out")], "not found"),
+    ],
+    "bench and info": [
+        Case("bench", "--random-weights without --shape", lambda t: ["--random-weights"], "--shape"),
+        Case("bench", "an unknown shape", lambda t: ["--random-weights", "--shape", "llama-3"], "unknown shape"),
+        Case("bench", "--shape without --random-weights", lambda t: ["--shape", "stories260K"], "--random-weights"),
+        Case("bench", "--prefill lengths that are not numbers", lambda t: [*BENCH, "--prefill", "--prompt-lens", "a,5"],
+             "comma-separated"),
+        Case("bench", "a --prefill length beyond the context", lambda t: [*BENCH, "--prefill", "--prompt-lens", "600"],
+             "context is 512"),
+        Case("bench", "--prompt-len 0", lambda t: [*BENCH, "--prompt-len", "0"], "--prompt-len"),
+        Case("bench", "--kernels on the CPU", lambda t: ["--kernels", "--device", "cpu"], "CUDA GPU"),
+        Case("info", "a model path that does not exist", lambda t: ["--model", str(t / "nope")], "not found"),
+        Case("info", "an unknown --shape", lambda t: ["--shape", "llama-9"], "unknown shape"),
+    ],
+}
+CASES = [case for cases in CASES_BY_GROUP.values() for case in cases]
+
+
+def _truncate(path: Path, n: int) -> Path:
+    path.write_bytes(path.read_bytes()[:n])
+    return path
+
+
+def _untied_without_head(tmp: Path) -> Path:
+    folder = _hf(tmp)
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(folder / "model.safetensors")
+    del tensors["lm_head.weight"]
+    save_file(tensors, folder / "model.safetensors")
+    return folder
