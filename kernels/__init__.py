@@ -1,8 +1,8 @@
 """Fused Triton kernels for the batch-1 decode step and the prompt (prefill), installed as llamafast.kernels.
 
 One fused op per file, each with a torch reference of the same signature in llamafast/reference.py, a test
-in tests/kernels/ and a bench entry: REGISTRY (registry.py) for `llamafast bench --kernels`, PREFILL
-(prefill_registry.py) for scripts/bench_prefill_kernels.py.
+in tests/kernels/ and a bench entry in llamafast/bench/registry.py (REGISTRY, decode) or prefill_registry.py
+(PREFILL, prompts). Nothing here imports llamafast modules but config types.
 """
 
 from .decode_attention import decode_attention
@@ -10,15 +10,13 @@ from .flash_attention import flash_attention
 from .linear_residual import linear_residual
 from .prefill_linear import prefill_linear_residual, prefill_lm_head
 from .prefill_qkv_rope import prefill_qkv_rope
-from .prefill_registry import PREFILL, PrefillSpec
 from .prefill_swiglu import prefill_swiglu
-from .registry import REGISTRY, KernelSpec
 from .rmsnorm_lm_head import rmsnorm_lm_head
 from .rmsnorm_qkv_rope import rmsnorm_qkv_rope
 from .rmsnorm_swiglu import rmsnorm_swiglu
 
 __all__ = [
-    "PREFILL", "REGISTRY", "KernelSpec", "PrefillSpec", "decode_attention", "flash_attention", "linear_residual",
+    "decode_attention", "flash_attention", "linear_residual",
     "prefill_linear_residual", "prefill_lm_head", "prefill_qkv_rope", "prefill_swiglu", "rmsnorm_lm_head",
     "rmsnorm_qkv_rope", "rmsnorm_swiglu",
 ]

@@ -17,7 +17,7 @@ import torch
 from llamafast.config import SamplingConfig
 from llamafast.model import Transformer
 from llamafast.sampling import sample
-from llamafast.tokenizer import StopMatcher, StreamDecoder, Tokenizer
+from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 
 
 # Prompt tokens per forward pass. H100, 7B bf16, time to first token of a 4,000-token prompt (triton backend,

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import torch
 
-from llamafast.checkpoint import Checkpoint, open_checkpoint
+from llamafast.formats import Checkpoint, open_checkpoint
 from llamafast.config import Backend, DType, ModelConfig, model_config
 from llamafast.errors import LlamafastError
 from llamafast.model import REFERENCE_OPS, Ops, Transformer, build
-from llamafast.tokenizer import Tokenizer
+from llamafast.tokenizers import Tokenizer
 from llamafast.quant import FP8Format
 from llamafast.weights import Progress, checkpoint_dtype, load_state, quantize_state, random_state, weight_format
 

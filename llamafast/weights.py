@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from llamafast.checkpoint import LLAMAFAST_FORMAT_KEY, Checkpoint, expected_shapes, safetensors_metadata
+from llamafast.formats import LLAMAFAST_FORMAT_KEY, Checkpoint, expected_shapes, safetensors_metadata
 from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
 from llamafast.quant import FP8Format, is_quantized_linear, quantize, scale_name

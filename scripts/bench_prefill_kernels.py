@@ -11,8 +11,8 @@ import json
 
 import torch
 
-from llamafast.bench import copy_bandwidth, environment
-from llamafast.bench_kernels import bench_prefill_kernels, flash_vs_sdpa
+from llamafast.bench.decode import copy_bandwidth, environment
+from llamafast.bench.kernels import bench_prefill_kernels, flash_vs_sdpa
 from llamafast.config import model_config
 
 

@@ -13,7 +13,7 @@ import importlib
 
 import torch
 
-from llamafast.bench_prefill import host_time, random_prompts, time_prefill
+from llamafast.bench.prefill import host_time, random_prompts, time_prefill
 from llamafast.config import Backend, DType, SamplingConfig
 from llamafast.generate import Engine
 from llamafast.load import random_model

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from llamafast.checkpoint import expected_shapes
+from llamafast.formats import expected_shapes
 from llamafast.config import model_config
 from tests.formats import write_hf
 

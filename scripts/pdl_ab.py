@@ -10,7 +10,7 @@ import argparse
 
 import torch
 
-from llamafast.bench import copy_bandwidth, run_bench
+from llamafast.bench.decode import copy_bandwidth, run_bench
 from llamafast.config import Backend, DType
 from llamafast.kernels import gemv
 from llamafast.load import random_model

@@ -21,7 +21,7 @@ import statistics
 import torch
 from llamafast.kernels.tiles import TileConfig
 
-from llamafast.bench_prefill import random_prompts, time_prefill
+from llamafast.bench.prefill import random_prompts, time_prefill
 from llamafast.config import Backend, DType, SamplingConfig
 from llamafast.generate import Engine
 from llamafast.load import random_model

@@ -14,10 +14,10 @@ import sys
 
 import torch
 
-from llamafast.bench import copy_bandwidth, environment
-from llamafast.bench_kernels import input_sets, time_in_graph
+from llamafast.bench.decode import copy_bandwidth, environment
+from llamafast.bench.kernels import input_sets, time_in_graph
 from llamafast.config import model_config
-from llamafast.kernels import REGISTRY, decode_attention, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope
+from llamafast.bench.registry import REGISTRY, decode_attention, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope
 from llamafast.kernels import rmsnorm_swiglu
 from llamafast.kernels.decode_attention import AttentionConfig
 from llamafast.kernels.gemv import GemvConfig

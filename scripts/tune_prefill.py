@@ -17,12 +17,12 @@ from dataclasses import asdict
 import torch
 import triton
 
-from llamafast.bench_kernels import time_in_graph
-from llamafast.bench_prefill import time_prefill
+from llamafast.bench.kernels import time_in_graph
+from llamafast.bench.prefill import time_prefill
 from llamafast.config import Backend, DType, SamplingConfig, model_config
 from llamafast.generate import Engine
 from llamafast.load import random_model
-from llamafast.kernels import PREFILL
+from llamafast.bench.prefill_registry import PREFILL
 from llamafast.kernels.flash_attention import FlashConfig
 from llamafast.kernels.tiles import TileConfig
 

@@ -113,7 +113,7 @@ def _copy_bundled(tmp: Path) -> Path:
 
 
 def _converted(tmp: Path) -> Path:
-    from llamafast.convert import convert_fp8
+    from llamafast.formats.convert import convert_fp8
 
     convert_fp8(bundled_model(), tmp / "fp8", device=torch.device("cpu"))
     return tmp / "fp8"

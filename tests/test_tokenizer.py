@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llamafast.tokenizer import StopMatcher, StreamDecoder, Tokenizer
+from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 
 from .conftest import LLAMA2C, STORIES, requires_llama2c, requires_stories
 

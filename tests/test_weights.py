@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from llamafast.checkpoint import open_checkpoint
+from llamafast.formats import open_checkpoint
 from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
 from llamafast.model import build

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from llamafast.config import ModelConfig
-from llamafast.kernels import PREFILL, flash_attention
+from llamafast.bench.prefill_registry import PREFILL, flash_attention
 
 from .common import DEVICE, DOT_DTYPES, ON_GPU, SHAPES, tolerance
 

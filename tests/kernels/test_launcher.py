@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 import torch
-from llamafast.kernels import PREFILL
+from llamafast.bench.prefill_registry import PREFILL
 
 from llamafast import reference
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llamafast.kernels import PREFILL
+from llamafast.bench.prefill_registry import PREFILL
 from llamafast.quant import FP8Format
 
 from llamafast.kernels.tiles import HOST_DESCRIPTOR_ROWS, TMA_MIN_ROWS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llamafast.kernels import REGISTRY
+from llamafast.bench.registry import REGISTRY
 
 from .common import DTYPES, FP8, SHAPES, assert_matches_reference
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import torch
 
-from llamafast.checkpoint import expected_shapes, open_checkpoint
+from llamafast.formats import expected_shapes, open_checkpoint
 from llamafast.config import ModelConfig, model_config
 from llamafast.load import bundled_model
-from llamafast.tokenizer import Tokenizer
+from llamafast.tokenizers import Tokenizer
 from llamafast.weights import checkpoint_dtype, validate, weight_format
 
 

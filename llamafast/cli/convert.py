@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from llamafast.cli_common import DeviceOpt, FP8FormatOpt, TokenizerOpt, clean_errors, err, progress_bar, stdout_console
-from llamafast.convert import convert_fp8 as convert
+from llamafast.cli.common import DeviceOpt, FP8FormatOpt, TokenizerOpt, clean_errors, err, progress_bar, stdout_console
+from llamafast.formats.convert import convert_fp8 as convert
 from llamafast.load import resolve_device
 from llamafast.quant import FP8Format
 

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from llamafast.config import DType
 from llamafast.errors import LlamafastError
 from llamafast.load import resolve_device
-from llamafast.presets import RunConfig, load_preset
+from llamafast.cli.presets import RunConfig, load_preset
 from llamafast.quant import FP8Format
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)

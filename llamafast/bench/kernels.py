@@ -62,7 +62,7 @@ def input_sets(make: Callable[[], tuple[tuple, dict]], nbytes: int) -> list[tupl
 def bench_kernels(
     config: ModelConfig, dtype: torch.dtype, context: int, copy_bw_gb_s: float, fp8: FP8Format | None = None
 ) -> list[KernelResult]:
-    from llamafast.kernels import REGISTRY
+    from llamafast.bench.registry import REGISTRY
 
     device = torch.device("cuda")
     results = []
@@ -94,7 +94,7 @@ class PrefillKernelResult:
 def bench_prefill_kernels(config: ModelConfig, dtype: torch.dtype, m: int, pos: int = 0) -> list[PrefillKernelResult]:
     """Each prefill kernel (kernels.PREFILL) beside its torch reference for M tokens at position pos; two input
     sets per timing, so a weight tile is not served from L2 by the previous call."""
-    from llamafast.kernels import PREFILL
+    from llamafast.bench.prefill_registry import PREFILL
 
     device = torch.device("cuda")
     results = []

@@ -13,13 +13,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from llamafast import info as info_lib
-from llamafast.cli_bench import bench
-from llamafast.cli_common import (
+from llamafast.formats import describe as info_lib
+from llamafast.cli.bench import bench
+from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, TokenizerOpt, check_context, clean_errors,
     device_or_default, err, path_or, pick, preset, progress_bar, read_prompt,
 )
-from llamafast.cli_convert import convert_fp8
+from llamafast.cli.convert import convert_fp8
 from llamafast.config import Backend, SamplingConfig
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine, generate as generate_text

@@ -11,10 +11,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from llamafast.bench import BenchReport, copy_bandwidth, environment, run_bench
-from llamafast.bench_kernels import bench_kernels
-from llamafast.bench_prefill import run_prefill_bench
-from llamafast.cli_common import (
+from llamafast.bench.decode import BenchReport, copy_bandwidth, environment, run_bench
+from llamafast.bench.kernels import bench_kernels
+from llamafast.bench.prefill import run_prefill_bench
+from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context, clean_errors,
     device_or_default, path_or, pick, preset, progress_bar, stdout_console,
 )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from llamafast.checkpoint import open_checkpoint
+from llamafast.formats import open_checkpoint
 from llamafast.errors import LlamafastError
 from llamafast.quant import FP8Format, QuantStats, is_quantized_linear, quantize, scale_name
 from llamafast.weights import (

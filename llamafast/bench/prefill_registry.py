@@ -12,16 +12,15 @@ from dataclasses import dataclass
 import torch
 
 from llamafast import reference
-from llamafast.bench_prefill import attention_flops
+from llamafast.bench.prefill import attention_flops
 from llamafast.config import ModelConfig
 from llamafast.model import rope_tables
 from llamafast.quant import FP8Format
 
-from .flash_attention import flash_attention
-from .prefill_linear import prefill_linear_residual, prefill_lm_head
-from .prefill_qkv_rope import prefill_qkv_rope
-from .prefill_swiglu import prefill_swiglu
-from .registry import Inputs, cache, lm_head_inputs, norm_inputs, rand, residual_inputs, swiglu_inputs, weight
+from llamafast.bench.registry import (
+    Inputs, cache, lm_head_inputs, norm_inputs, rand, residual_inputs, swiglu_inputs, weight,
+)
+from llamafast.kernels import flash_attention, prefill_linear_residual, prefill_lm_head, prefill_qkv_rope, prefill_swiglu
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from llamafast.bench import environment, now
+from llamafast.bench.decode import environment, now
 from llamafast.config import Backend, ModelConfig, SamplingConfig
 from llamafast.generate import PREFILL_CHUNK, Engine
 from llamafast.load import LoadedModel, with_backend

@@ -19,11 +19,7 @@ from llamafast.config import ModelConfig
 from llamafast.model import rope_tables
 from llamafast.quant import FP8Format, quantize
 
-from .decode_attention import decode_attention
-from .linear_residual import linear_residual
-from .rmsnorm_lm_head import rmsnorm_lm_head
-from .rmsnorm_qkv_rope import rmsnorm_qkv_rope
-from .rmsnorm_swiglu import rmsnorm_swiglu
+from llamafast.kernels import decode_attention, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope, rmsnorm_swiglu
 
 Inputs = tuple[tuple, dict]  # positional arguments, keyword arguments (FP8 scales)
 
