@@ -16,7 +16,8 @@ from llamafast.errors import LlamafastError
 from llamafast.model import REFERENCE_OPS, Ops, Transformer, build
 from llamafast.tokenizers import Tokenizer
 from llamafast.quant import FP8Format
-from llamafast.weights import Progress, checkpoint_dtype, load_state, quantize_state, random_state, weight_format
+from llamafast.formats.common import Progress
+from llamafast.weights import checkpoint_dtype, load_state, quantize_state, random_state, weight_format
 
 _DTYPES = {DType.float32: torch.float32, DType.bfloat16: torch.bfloat16, DType.float16: torch.float16}
 # How Engine runs a decode step for each backend.

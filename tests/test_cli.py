@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import subprocess
@@ -222,12 +223,12 @@ def test_prompt_plus_new_tokens_beyond_context():
 
 def test_prompt_refused_before_the_weights_load(monkeypatch):
     """The context check runs on the tokenizer and the checkpoint's header: no weights read, no GPU touched."""
-    import llamafast.cli
+    command = importlib.import_module("llamafast.cli.generate")  # the module, not the function it exports
 
     def no_load(*args, **kwargs):
         raise AssertionError("load_model ran before the prompt was checked")
 
-    monkeypatch.setattr(llamafast.cli, "load_model", no_load)
+    monkeypatch.setattr(command, "load_model", no_load)
     _assert_clean_error(_run("generate", "Once upon a time " * 100, "--max-new-tokens", "256"), "--max-new-tokens")
 
 

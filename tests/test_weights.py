@@ -10,7 +10,8 @@ from llamafast.formats import open_checkpoint
 from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
 from llamafast.model import build
-from llamafast.weights import load_state, save_checkpoint, state_specs
+from llamafast.formats.writer import save_checkpoint, state_specs
+from llamafast.weights import load_state
 
 from .formats import fused, meta_state, write_hf, write_llama2c_v1, write_meta
 

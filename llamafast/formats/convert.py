@@ -2,7 +2,7 @@
 
 One tensor at a time: read from the source's memory map, quantized (on the GPU when there is one),
 written, dropped, so the model is never held twice; the writer renames its temporary directory into
-place at the end (weights.save_checkpoint), so an interrupted conversion leaves no DST.
+place at the end (formats/writer.py), so an interrupted conversion leaves no DST.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import torch
 from llamafast.formats import open_checkpoint
 from llamafast.errors import LlamafastError
 from llamafast.quant import FP8Format, QuantStats, is_quantized_linear, quantize, scale_name
-from llamafast.weights import (
-    Progress, _sources, check_destination, read_tensor, save_checkpoint, validate, weight_format,
-)
+from llamafast.formats.common import Progress
+from llamafast.formats.writer import check_destination, save_checkpoint
+from llamafast.weights import read_tensor, tensor_plan, validate, weight_format
 
 FORMAT_VERSION = "1"
 
@@ -57,7 +57,7 @@ def convert_fp8(
         raise LlamafastError(f"{src} already holds {weight_format(ckpt)} weights")
     if ckpt.tokenizer is None:
         raise LlamafastError(f"no tokenizer.model found beside {src}; pass --tokenizer")
-    plan = _sources(ckpt)
+    plan = tensor_plan(ckpt)
     if "output.weight" not in plan and not keep_lm_head:  # tied: the LM head gets its own FP8 copy
         plan["output.weight"] = ["tok_embeddings.weight"]
     quantized = {n for n in plan if is_quantized_linear(n) and not (keep_lm_head and n == "output.weight")}

@@ -1,0 +1,98 @@
+"""`llamafast generate`: a prompt in, text streamed out as it is sampled."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from llamafast.cli.common import (
+    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, TokenizerOpt, check_context, clean_errors,
+    device_or_default, err, path_or, pick, preset, progress_bar, read_prompt,
+)
+from llamafast.config import Backend, SamplingConfig
+from llamafast.errors import LlamafastError
+from llamafast.generate import Engine
+from llamafast.generate import generate as generate_text
+from llamafast.load import DECODE_MODES, load_model, open_model
+from llamafast.quant import FP8Format
+
+
+def generate(
+    prompt: Annotated[Optional[str], typer.Argument(help="The prompt; - reads standard input.")] = None,
+    model: ModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    prompt_file: Annotated[Optional[Path], typer.Option(help="Read the prompt from this file.")] = None,
+    chat: Annotated[bool, typer.Option("--chat", help="Wrap the prompt in the Llama-2-chat template.")] = False,
+    system: Annotated[Optional[str], typer.Option(help="System prompt for --chat.")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="Most tokens to generate [default: 256].")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="0 is greedy [default: 0.6].")] = None,
+    top_k: Annotated[Optional[int], typer.Option(help="Sample from the k most likely tokens; 0 disables [default: 0].")] = None,
+    top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling mass; 1 disables [default: 0.9].")] = None,
+    repetition_penalty: Annotated[Optional[float], typer.Option(help="CTRL penalty for seen tokens; 1 disables [default: 1].")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Same seed, same text (default: a random seed, reported with --json).")] = None,
+    stop: Annotated[Optional[list[str]], typer.Option(help="Stop before this string (repeatable).")] = None,
+    echo: Annotated[bool, typer.Option("--echo", help="Print the prompt before the generated text.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of streaming text.")] = False,
+    device: DeviceOpt = None,
+    dtype: DTypeOpt = None,
+    fp8: FP8Opt = False,
+    fp8_format: FP8FormatOpt = FP8Format.e5m2,
+    backend: Annotated[Optional[Backend], typer.Option(help="Decode backend [default: triton on CUDA, reference on the CPU].")] = None,
+    config: ConfigOpt = None,
+):
+    """Generate text from a prompt, streaming it as it is sampled."""
+    with clean_errors():
+        run = preset(config)
+        run.refuse_unused("generate", GENERATE_KEYS)
+        s = run.sampling
+        sampling = SamplingConfig(
+            pick(temperature, s.temperature), pick(top_k, s.top_k), pick(top_p, s.top_p),
+            pick(repetition_penalty, s.repetition_penalty), pick(seed, s.seed),
+        )
+        sampling.validate()
+        max_new = pick(max_new_tokens, run.max_new_tokens)
+        if max_new < 1:
+            raise LlamafastError("--max-new-tokens must be at least 1")
+        if system is not None and not chat:
+            raise LlamafastError("--system applies only with --chat")
+        text = read_prompt(prompt, prompt_file)
+        dev = device_or_default(pick(device, run.device))
+        opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
+        tok = opened.tokenizer
+        ids = tok.chat(text, system) if chat else tok.encode(text)
+        check_context(len(ids), max_new, opened.config.max_seq_len)  # refused before any weights load
+        if not text and not json_out:
+            err.print("[dim]empty prompt: generating from the beginning-of-sequence token alone[/dim]")
+        with progress_bar() as update:
+            lm = load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
+                            fp8_format if fp8 else None)
+        engine = Engine(lm.model, sampling, len(ids) + max_new, DECODE_MODES[lm.backend], n_vocab=tok.vocab_size)
+        if echo and not json_out:
+            _write(text)
+        done = generate_text(engine, tok, ids, max_new, stop or [], on_text=None if json_out else _write)
+        if json_out:
+            record = {"prompt": text, "model": lm.source, "format": lm.format, "weights": lm.weights,
+                      "backend": lm.backend.value, "device": str(dev), "load_s": lm.load_s, **done.to_dict()}
+            print(json.dumps(record, ensure_ascii=False))
+            return
+        _write("\n")
+        tps = done.decode_tokens_per_s
+        err.print(
+            f"[dim]{len(done.token_ids)} tokens ({done.finish_reason}); ttft {done.ttft_s * 1e3:.1f} ms; "
+            f"decode {f'{tps:.1f} tok/s' if tps else 'n/a'}; {lm.backend.value}, {lm.weights} weights, on {dev}[/dim]"
+        )
+
+
+# The preset keys generate reads; a bench preset's shape or prompt_len given to it is an error, not ignored.
+GENERATE_KEYS = {"model", "tokenizer", "device", "dtype", "backend", "max_new_tokens", "sampling"}
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+

@@ -1,0 +1,116 @@
+"""What every checkpoint reader shares: lazy tensor references, the Checkpoint they fill, the shapes a config
+implies, and small readers for JSON, safetensors headers and file heads that fail with one-line errors."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from llamafast.config import ModelConfig
+from llamafast.errors import LlamafastError
+
+Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+LLAMAFAST_FORMAT_KEY = "llamafast_format"  # safetensors metadata key; its value is the format version
+LLAMA2C_MAGIC = 0x616B3432  # "ak42", the header of llama2.c's versioned exports
+
+
+@dataclass
+class TensorRef:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    load: Callable[[], torch.Tensor]  # returns a CPU tensor, memory-mapped where the format allows
+    origin: str  # file name, for error messages
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    format: str  # "meta" | "hf" | "llama2c" | "llamafast"
+    config: ModelConfig
+    tensors: dict[str, TensorRef]  # Meta names (llamafast: its stored names)
+    tokenizer: Path | None
+    metadata: dict[str, str] = field(default_factory=dict)  # llamafast format: weights, source, ...
+
+
+def read_head(path: Path, n: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except OSError as e:
+        raise LlamafastError(f"cannot read {path}: {e.strerror}") from None
+
+
+ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I8": torch.int8}
+
+
+def expected_shapes(c: ModelConfig, fused: bool = False) -> dict[str, tuple[int, ...]]:
+    """Meta names -> shapes; with fused=True wq/wk/wv become llamafast's wqkv."""
+    C, F, KV, V = c.dim, c.hidden_dim, c.kv_dim, c.vocab_size
+    shapes = {"tok_embeddings.weight": (V, C), "norm.weight": (C,), "output.weight": (V, C)}
+    for i in range(c.n_layers):
+        p = f"layers.{i}."
+        if fused:
+            shapes[p + "attention.wqkv.weight"] = (c.qkv_dim, C)
+        else:
+            shapes.update({p + "attention.wq.weight": (C, C), p + "attention.wk.weight": (KV, C)})
+            shapes[p + "attention.wv.weight"] = (KV, C)
+        shapes.update({p + "attention.wo.weight": (C, C), p + "attention_norm.weight": (C,)})
+        shapes.update({p + "feed_forward.w1.weight": (F, C), p + "feed_forward.w3.weight": (F, C)})
+        shapes.update({p + "feed_forward.w2.weight": (C, F), p + "ffn_norm.weight": (C,)})
+    return shapes
+
+
+def config_from(params: dict, origin: Path | str, names: dict[str, str] | None = None) -> ModelConfig:
+    try:
+        return ModelConfig.from_dict({k: v for k, v in params.items() if v is not None}, names)
+    except TypeError as e:
+        raise LlamafastError(f"{origin}: incomplete model config ({e})") from None
+    except LlamafastError as e:
+        raise LlamafastError(f"{origin}: {e}") from None
+
+
+def read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as e:
+        raise LlamafastError(f"cannot read {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise LlamafastError(f"{path}: expected a JSON object at the top level, got a {type(data).__name__}")
+    return data
+
+
+def open_safetensors(file: Path):
+    try:
+        return safe_open(str(file), framework="pt", device="cpu")
+    except (SafetensorError, OSError) as e:
+        raise LlamafastError(f"corrupt or truncated safetensors file {file}: {e}") from None
+
+
+def looks_like_safetensors(head: bytes) -> bool:
+    return len(head) > 9 and head[8:9] == b"{" and 2 <= struct.unpack("<Q", head[:8])[0] < 100_000_000
+
+
+def safetensors_metadata(file: Path) -> dict[str, str]:
+    head = read_head(file, 8)
+    if not looks_like_safetensors(head + read_head(file, 10)[8:]):
+        return {}
+    (n,) = struct.unpack("<Q", head)
+    try:
+        with open(file, "rb") as f:
+            f.seek(8)
+            return json.loads(f.read(n)).get("__metadata__") or {}
+    except ValueError:
+        return {}  # unreadable header: safe_open will say so with its own message
+
+
+def nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    n = dtype.itemsize
+    for s in shape:
+        n *= s
+    return n

@@ -1,0 +1,152 @@
+"""Hugging Face's format: config.json + *.safetensors (sharded with an index), names mapped onto Meta's and the
+Q/K rows un-permuted; config fields that change the arithmetic and that llamafast lacks are refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from llamafast.config import ModelConfig
+from llamafast.errors import LlamafastError
+from llamafast.formats.common import ST_DTYPES, Checkpoint, TensorRef, config_from, open_safetensors, read_json
+
+_HF_NAMES = {
+    "model.embed_tokens.weight": "tok_embeddings.weight",
+    "model.norm.weight": "norm.weight",
+    "lm_head.weight": "output.weight",
+}
+_HF_LAYER_NAMES = {
+    "self_attn.q_proj": "attention.wq",
+    "self_attn.k_proj": "attention.wk",
+    "self_attn.v_proj": "attention.wv",
+    "self_attn.o_proj": "attention.wo",
+    "mlp.gate_proj": "feed_forward.w1",
+    "mlp.down_proj": "feed_forward.w2",
+    "mlp.up_proj": "feed_forward.w3",
+    "input_layernorm": "attention_norm",
+    "post_attention_layernorm": "ffn_norm",
+}
+
+
+def read_hf(path: Path) -> Checkpoint:
+    cfg = read_json(path / "config.json")
+    origin = path / "config.json"
+    if cfg.get("model_type", "llama") != "llama":
+        raise LlamafastError(f"{origin} describes a {cfg['model_type']!r} model, not Llama")
+    _refuse_unimplemented(cfg, origin)
+    config = config_from(
+        {
+            "dim": cfg.get("hidden_size"),
+            "n_layers": cfg.get("num_hidden_layers"),
+            "n_heads": cfg.get("num_attention_heads"),
+            "n_kv_heads": cfg.get("num_key_value_heads"),
+            "vocab_size": cfg.get("vocab_size"),
+            "hidden_dim": cfg.get("intermediate_size"),
+            "norm_eps": cfg.get("rms_norm_eps", 1e-5),
+            "rope_theta": _rope(cfg).get("rope_theta", cfg.get("rope_theta", 10000.0)),
+            "max_seq_len": cfg.get("max_position_embeddings", 4096),
+        },
+        origin,
+        _HF_CONFIG_KEYS,
+    )
+    tensors = {}
+    for file in _hf_files(path):
+        handle = open_safetensors(file)
+        for key in handle.keys():
+            name = _hf_to_meta(key)
+            if name is not None:
+                tensors[name] = _hf_ref(handle, key, name, file, config)
+    if cfg.get("tie_word_embeddings") is True:
+        tensors.pop("output.weight", None)  # transformers ties the head to the embedding after loading
+    elif cfg.get("tie_word_embeddings") is False and "output.weight" not in tensors:
+        raise LlamafastError(f"{path}: lm_head.weight missing, and {origin.name} says tie_word_embeddings false")
+    return Checkpoint(path, "hf", config, tensors, None)
+
+
+_HF_CONFIG_KEYS = {
+    "dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads", "vocab_size": "vocab_size", "hidden_dim": "intermediate_size",
+    "norm_eps": "rms_norm_eps", "rope_theta": "rope_theta", "max_seq_len": "max_position_embeddings",
+}
+
+
+def _rope(cfg: dict) -> dict:
+    """RoPE settings in either layout: transformers 5's `rope_parameters` table or the older top-level
+    `rope_theta` with an optional `rope_scaling` table."""
+    params = cfg.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise LlamafastError(f"config.json: rope_parameters must be a table, got {params!r}")
+    return params or {}
+
+
+def _refuse_unimplemented(cfg: dict, origin: Path) -> None:
+    """Every config.json field that changes the arithmetic and that llamafast does not implement is refused
+    by name; fields that do not change it (dropout, initializer_range, pretraining_tp, ...) are ignored."""
+    head_dim = cfg.get("head_dim")
+    heads, width = cfg.get("num_attention_heads"), cfg.get("hidden_size")
+    problems = {
+        "rope_parameters.rope_type": _rope(cfg).get("rope_type", _rope(cfg).get("type", "default")),
+        "rope_parameters.partial_rotary_factor": _rope(cfg).get("partial_rotary_factor", 1.0),
+        "rope_scaling": cfg.get("rope_scaling"),
+        "attention_bias": cfg.get("attention_bias", False),
+        "mlp_bias": cfg.get("mlp_bias", False),
+        "sliding_window": cfg.get("sliding_window"),
+        "hidden_act": cfg.get("hidden_act", "silu"),
+    }
+    allowed = {"rope_parameters.rope_type": ("default",), "rope_parameters.partial_rotary_factor": (1, 1.0),
+               "rope_scaling": (None,), "attention_bias": (False,), "mlp_bias": (False,),
+               "sliding_window": (None,), "hidden_act": ("silu",)}
+    if isinstance(cfg.get("rope_scaling"), dict) and cfg["rope_scaling"].get("rope_type", "") == "default":
+        problems["rope_scaling"] = None  # an explicit default is no scaling
+    for key, value in problems.items():
+        if value not in allowed[key]:
+            raise LlamafastError(f"{origin}: {key} = {json.dumps(value)} is not supported by llamafast")
+    if head_dim is not None and isinstance(heads, int) and heads > 0 and head_dim * heads != width:
+        raise LlamafastError(f"{origin}: head_dim = {head_dim} is not hidden_size / num_attention_heads "
+                             f"({width} / {heads}), which llamafast does not support")
+
+
+def _hf_files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if not index.is_file():
+        return sorted(path.glob("*.safetensors"))
+    weight_map = read_json(index).get("weight_map", {})
+    files = sorted({path / f for f in weight_map.values()})
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise LlamafastError(f"{index.name} names shards that are missing: {', '.join(missing)}")
+    return files
+
+
+def _hf_to_meta(key: str) -> str | None:
+    if key in _HF_NAMES:
+        return _HF_NAMES[key]
+    parts = key.split(".")
+    if key.endswith("rotary_emb.inv_freq"):
+        return None  # older exports carry the RoPE frequencies; they are recomputed
+    if parts[:2] == ["model", "layers"] and len(parts) >= 5:
+        inner = ".".join(parts[3:-1])
+        if inner in _HF_LAYER_NAMES:
+            return f"layers.{parts[2]}.{_HF_LAYER_NAMES[inner]}.{parts[-1]}"
+    return key  # unknown: kept, so that validation names it
+
+
+def _hf_ref(handle, key: str, name: str, file: Path, config: ModelConfig) -> TensorRef:
+    info = handle.get_slice(key)
+    shape, dtype = tuple(info.get_shape()), ST_DTYPES.get(info.get_dtype(), torch.float32)
+    heads = {"wq": config.n_heads, "wk": config.n_kv_heads}.get(name.split(".")[-2])
+
+    def load() -> torch.Tensor:
+        t = handle.get_tensor(key)
+        return _unpermute_rope(t, heads) if heads else t
+
+    return TensorRef(shape, dtype, load, file.name)
+
+
+def _unpermute_rope(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """HF stores each head's q/k rows as [even pair members..., odd...] for rotate-half RoPE; Meta interleaves."""
+    rows, cols = w.shape
+    d = rows // n_heads
+    return w.reshape(n_heads, 2, d // 2, cols).transpose(1, 2).reshape(rows, cols)

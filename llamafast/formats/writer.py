@@ -1,0 +1,171 @@
+"""The llamafast checkpoint writer: one tensor at a time into a temporary directory renamed into place, with
+the destination checked against the sources first (convert-fp8 writes through it)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import struct
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+from llamafast.config import ModelConfig
+from llamafast.errors import LlamafastError
+from llamafast.formats.common import LLAMAFAST_FORMAT_KEY, Progress, nbytes, safetensors_metadata
+
+_ST_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int8: "I8"}
+
+
+def save_checkpoint(
+    dst: Path,
+    config: ModelConfig,
+    specs: list[tuple[str, tuple[int, ...], torch.dtype]],
+    produce: Callable[[str], torch.Tensor],
+    metadata: dict[str, str],
+    tokenizer: Path | None,
+    force: bool = False,
+    progress: Progress | None = None,
+    sources: Iterable[Path] = (),
+) -> None:
+    """Writes dst/model.safetensors one tensor at a time, then dst/tokenizer.model.
+
+    Everything goes into a temporary directory beside dst that is renamed into place at the end, so an
+    interrupted, terminated or failed write leaves no dst behind; the directory of a process killed by SIGKILL
+    is removed by the next write to the same dst. `sources` (the checkpoint being converted) may
+    not overlap dst; --force replaces only an earlier llamafast checkpoint.
+    """
+    dst = Path(dst)
+    check_destination(dst, force, sources)
+    tmp = _temporary_dir(dst)
+    try:
+        with _signals_remove(tmp):
+            meta = {LLAMAFAST_FORMAT_KEY: "1", "config": json.dumps(config.to_dict()), **metadata}
+            _write_safetensors(tmp / "model.safetensors", specs, produce, meta, progress)
+            if tokenizer is not None:
+                shutil.copyfile(tokenizer, tmp / "tokenizer.model")
+            umask = os.umask(0)
+            os.umask(umask)
+            tmp.chmod(0o777 & ~umask)  # mkdtemp made it 0700: others could not read the model
+            if dst.exists():
+                shutil.rmtree(dst)
+            os.replace(tmp, dst)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise LlamafastError(f"cannot write {dst}: {e.strerror or e}") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+_TMP_MARK = ".llamafast-tmp-"  # .{dst name}.llamafast-tmp-{pid}-{random}: the pid tells a stale one
+_OUTPUT_FILES = {"model.safetensors", "tokenizer.model"}
+
+
+def check_destination(dst: Path, force: bool, sources: Iterable[Path] = ()) -> None:
+    """Refuses, before anything is written, a dst that equals, contains or lies inside a source, an existing
+    dst without --force, and with --force anything but a previous llamafast checkpoint or an empty directory."""
+    target = dst.resolve()
+    for src in sources:
+        src = Path(src).resolve()
+        if target == src or src in target.parents or target in src.parents:
+            raise LlamafastError(f"{dst} overlaps the source {src}: write the new checkpoint somewhere else")
+    if not dst.exists() and not dst.is_symlink():
+        return
+    if not force:
+        raise LlamafastError(f"{dst} exists; pass --force to overwrite it")
+    if dst.is_symlink() or not dst.is_dir():
+        raise LlamafastError(f"{dst} is not a directory; --force replaces only a previous llamafast checkpoint")
+    names = {p.name for p in dst.iterdir()}
+    weights = dst / "model.safetensors"
+    if not names:
+        return  # an empty directory: nothing to lose
+    if not names <= _OUTPUT_FILES or not weights.is_file() or LLAMAFAST_FORMAT_KEY not in safetensors_metadata(weights):
+        raise LlamafastError(f"{dst} is not a llamafast checkpoint; --force replaces only a previous llamafast "
+                             "checkpoint, never other files")
+
+
+def _temporary_dir(dst: Path) -> Path:
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(dst)
+        return Path(tempfile.mkdtemp(prefix=f".{dst.name}{_TMP_MARK}{os.getpid()}-", dir=dst.parent))
+    except OSError as e:
+        raise LlamafastError(f"cannot write {dst}: {e.strerror or e}") from None
+
+
+def _remove_stale(dst: Path) -> None:
+    """Temporary directories of earlier writes to dst whose process is gone (killed by SIGKILL)."""
+    for tmp in dst.parent.glob(f".{dst.name}{_TMP_MARK}*"):
+        pid = tmp.name.removeprefix(f".{dst.name}{_TMP_MARK}").split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)) and tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+@contextlib.contextmanager
+def _signals_remove(tmp: Path):
+    """On SIGTERM or Ctrl-C while a checkpoint is written, the handler removes the temporary directory and exits
+    (143, 130). Raising from the handler instead is not safe: it can land inside safetensors' native code, which
+    turns the exception into a ValueError. Only the main thread can set signal handlers; elsewhere nothing
+    changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        shutil.rmtree(tmp, ignore_errors=True)
+        if sys.stderr.isatty():
+            sys.stderr.write("\x1b[?25h")  # the progress bar hides the cursor
+        sys.stderr.write(f"error: terminated; removed the unfinished {tmp}\n")
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _write_safetensors(path, specs, produce, metadata, progress) -> None:
+    header, offset = {}, 0
+    for name, shape, dtype in specs:
+        n = nbytes(shape, dtype)
+        header[name] = {"dtype": _ST_NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    header["__metadata__"] = metadata
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
+    done = 0
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for name, shape, dtype in specs:
+            t = produce(name)
+            if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+                raise LlamafastError(f"internal: {name} is {t.dtype} {list(t.shape)}, declared {dtype} {list(shape)}")
+            f.write(t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().data)
+            done += t.numel() * t.element_size()
+            if progress:
+                progress(done, offset)
+
+
+def state_specs(state: dict[str, torch.Tensor], skip: Iterable[str] = ()) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+    return [(n, tuple(t.shape), t.dtype) for n, t in state.items() if n not in set(skip)]
