@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import cdiv, dot_dim, next_pow2, pdl_prologue, use_pdl
+from ._common import cdiv, dot_dim, next_pow2
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,12 @@ CONFIGS: dict[tuple[int, int], AttentionConfig] = {(32, 1): AttentionConfig(n_sp
 DEFAULT = AttentionConfig(n_splits=8, block_s=32, num_warps=2)
 
 
-def attention_config(kvh: int, group: int) -> AttentionConfig:
-    """Fewer KV heads need more splits to give every SM work (70B: 8 KV heads -> 32 splits)."""
-    if (kvh, group) in CONFIGS:
-        return CONFIGS[(kvh, group)]
+def attention_config(kvh: int, group: int, configs: dict[tuple[int, int], AttentionConfig] | None = None) -> AttentionConfig:
+    """The tuned launch (configs, default CONFIGS), else more splits for fewer KV heads, to give every SM work
+    (70B: 8 KV heads -> 32 splits)."""
+    configs = configs or CONFIGS
+    if (kvh, group) in configs:
+        return configs[(kvh, group)]
     return AttentionConfig(max(DEFAULT.n_splits, 256 // kvh), DEFAULT.block_s, DEFAULT.num_warps)
 
 
@@ -52,9 +54,8 @@ def _decode_attention_split_kernel(
     q_ptr, k_ptr, v_ptr, pos_ptr, part_ptr, lse_ptr,  # q (H, D); caches (KVH, Smax, D); partials (H, S, D), (H, S)
     stride_ch, stride_cs, n_splits, sm_scale,  # cache strides (head, seq); splits; 1/sqrt(D)
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr, USE_PDL: tl.constexpr,
+    BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr,
 ):
-    pdl_prologue(USE_PDL)
     kvh, split = tl.program_id(0), tl.program_id(1)
     length = tl.load(pos_ptr) + 1
     start = split * SPLIT_LEN
@@ -100,9 +101,8 @@ def _decode_attention_split_kernel(
 def _decode_attention_merge_kernel(
     part_ptr, lse_ptr, out_ptr,  # partials (H, S, D) fp32, (H, S) fp32; out (H, D)
     n_splits,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SPLITS: tl.constexpr, USE_PDL: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
 ):
-    pdl_prologue(USE_PDL)
     h = tl.program_id(0)
     sp = tl.arange(0, BLOCK_SPLITS)
     d = tl.arange(0, BLOCK_D)
@@ -114,28 +114,27 @@ def _decode_attention_merge_kernel(
     tl.store(out_ptr + h * HEAD_DIM + d, out.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)
 
 
-def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor):
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor, configs=None):
     """Same contract as llamafast.reference.attention for one token: q (1, H, D) -> (1, H*D)."""
     _, h, d = q.shape
     kvh, smax, _ = k_cache.shape
     assert h % kvh == 0, f"{h} query heads do not group over {kvh} KV heads"
     assert q.is_contiguous() and k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1
-    cfg = attention_config(kvh, h // kvh)
+    cfg = attention_config(kvh, h // kvh, configs)
     split_len = cfg.split_len(smax)
     n_splits = cdiv(smax, split_len)
-    pdl = use_pdl(q.device)
     part = torch.empty((h, n_splits, d), device=q.device, dtype=torch.float32)
     lse = torch.empty((h, n_splits), device=q.device, dtype=torch.float32)
     block_d = dot_dim(d)
     _decode_attention_split_kernel[(kvh, n_splits)](
         q, k_cache, v_cache, pos, part, lse, k_cache.stride(0), k_cache.stride(1), n_splits, d**-0.5,
         GROUP=h // kvh, HEAD_DIM=d, BLOCK_G=dot_dim(h // kvh), BLOCK_D=block_d,
-        BLOCK_S=cfg.block_s, SPLIT_LEN=split_len, FP32=q.dtype == torch.float32, USE_PDL=pdl,
-        num_warps=cfg.num_warps, launch_pdl=pdl,
+        BLOCK_S=cfg.block_s, SPLIT_LEN=split_len, FP32=q.dtype == torch.float32,
+        num_warps=cfg.num_warps,
     )
     out = torch.empty((1, h * d), device=q.device, dtype=q.dtype)
     _decode_attention_merge_kernel[(h,)](
         part, lse, out, n_splits, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_SPLITS=next_pow2(n_splits),
-        USE_PDL=pdl, num_warps=1, launch_pdl=pdl,
+        num_warps=1,
     )
     return out

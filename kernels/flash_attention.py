@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import INTERPRET, cdiv, dot_dim
+from ._common import INTERPRET, cdiv, dot_dim
 from .launcher import Launcher
 
 LOG2E = 1.4426950408889634
@@ -33,9 +33,8 @@ class FlashConfig:
     num_stages: int
 
 
-# head_dim -> launch (scripts/tune_prefill.py; scripts/results). H100, bf16, causal 4096 x 32 heads: 331.9 us =
-# 414 TFLOP/s; 128 x 128 blocks with 8 warps 345.2 us, 128 x 64 with 8 warps 347.5 us (tune_prefill_pointer.txt);
-# 319.3 / 346.5 / 353.8 us in tune_prefill.txt.
+# head_dim -> launch (scripts/tune_prefill.py). H100, bf16: 15.6 us at 512 tokens and 309.8 us at 4,000, 7B
+# heads (scripts/results/prefill_kernels_7b.txt, the run of record).
 CONFIGS: dict[int, FlashConfig] = {128: FlashConfig(64, 64, 4, 3)}
 DEFAULT = FlashConfig(64, 64, 4, 2)
 
@@ -111,14 +110,14 @@ def _attend(acc, m_i, l_i, q, k_ptr, v_ptr, kv_base, keys, d, rows, pos, end, st
     return acc, m_new, l_i
 
 
-def flash_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor):
+def flash_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor, configs=None):
     """Same contract as llamafast.reference.attention: q (M, H, D) at positions pos.. -> (M, H*D)."""
     m, h, d = q.shape
     kvh, _, _ = k_cache.shape
     assert h % kvh == 0, f"{h} query heads do not divide into {kvh} kv heads"
     assert q.stride(2) == 1 and k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "D contiguous"
     out = torch.empty((m, h * d), device=q.device, dtype=q.dtype)
-    cfg = CONFIGS.get(d, DEFAULT)
+    cfg = (configs or CONFIGS).get(d, DEFAULT)
     block_m = min(cfg.block_m, dot_dim(m)) if not INTERPRET else 16
     _FLASH[(cdiv(m, block_m), h)](
         q, k_cache, v_cache, pos, out, m, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),

@@ -9,54 +9,15 @@ statistic sum(x^2) is accumulated in the same loop and applied to the finished r
 
 from __future__ import annotations
 
-import functools
-import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-# True where kernels run on CPU tensors through Triton's interpreter (the tests without a GPU).
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-# Programmatic dependent launch between consecutive decode kernels (Hopper and newer). Off: on the H100,
-# 7B bf16 decode ran at 199.1 tok/s with it and 202.7 without, twice each (scripts/results/pdl_ab.txt);
-# with E5M2 weights 347.9 with it and 346.0 without (pdl_ab_fp8.txt): no gain worth a second code path.
-ENABLE_PDL = False
+from llamafast.config import WeightFormat
 
-
-# Host-side launch arithmetic in plain Python. In triton 3.6, triton.next_power_of_2 and triton.cdiv are
-# constexpr functions whose host calls pass through a wrapper that unwraps every argument; a 7B prefill called
-# them ~450 times per forward pass, 5 of the 33 ms cProfile counted for queueing one (prefill_host.txt in
-# scripts/results).
-def next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def dot_dim(n: int) -> int:
-    """A block side for tl.dot: the next power of two, at least 16 (tl.dot needs 16 along every side)."""
-    return max(16, next_pow2(n))
-
-
-@functools.lru_cache
-def use_pdl(device: torch.device) -> bool:
-    """PDL needs compute capability 9.0 (griddepcontrol); the interpreter has no inline PTX."""
-    return ENABLE_PDL and not INTERPRET and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
-
-
-@triton.jit
-def pdl_prologue(USE_PDL: tl.constexpr):
-    """With PDL the next kernel is launched while this one still runs: its programs get resident and wait
-    here, at the top, for this kernel to finish, so the launch and ramp-up overlap this kernel's tail.
-    Waiting before any load or store keeps every read-after-write and buffer reuse ordered."""
-    if USE_PDL:
-        gdc_launch_dependents()
-        gdc_wait()
+from ._common import INTERPRET, decode_weights, next_pow2, w_fp8
 
 
 @triton.jit
@@ -106,11 +67,7 @@ def _load_tile(row_ptrs, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8: tl.constex
     else:
         mask = row_mask[:, None] & (k < K)[None, :]
         w = tl.load(row_ptrs + k[None, :], mask=mask, other=0, eviction_policy="evict_first")
-    if W_FP8 == 1:
-        w = w.to(tl.float8e5, bitcast=True)
-    elif W_FP8 == 2:
-        w = w.to(tl.float8e4nv, bitcast=True)
-    return w.to(tl.float32)
+    return decode_weights(w, W_FP8).to(tl.float32)
 
 
 @dataclass(frozen=True)
@@ -134,32 +91,10 @@ def gemv_config(table: dict[tuple[int, int, int], GemvConfig], w: torch.Tensor) 
     return GemvConfig(8, block_k, 4) if n >= 8192 else GemvConfig(2, block_k, 1)
 
 
-def launch_args(cfg: GemvConfig, w: torch.Tensor, scale: torch.Tensor | None, block_n: int | None = None) -> dict:
+def launch_args(cfg: GemvConfig, w: torch.Tensor, scale: torch.Tensor | None, fmt: WeightFormat,
+                block_n: int | None = None) -> dict:
     """The meta-parameters and launch options every GEMV kernel takes, for weight w (and its E4M3 scale)."""
-    pdl = use_pdl(w.device)
     return {
         "BLOCK_N": block_n or cfg.block_n, "BLOCK_K": cfg.block_k, "EVEN_K": w.shape[1] % cfg.block_k == 0,
-        "W_FP8": fp8_code(w, scale), "USE_PDL": pdl,
-        "num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "launch_pdl": pdl,
+        "W_FP8": w_fp8(fmt, w, scale), "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
     }
-
-
-def fp8_code(w: torch.Tensor, scale: torch.Tensor | None) -> int:
-    """W_FP8 for a weight: 0 float, 1 E5M2 (int8 without scale), 2 E4M3 (int8 with per-row fp32 scales)."""
-    if w.dtype != torch.int8:
-        assert scale is None, "a float weight has no scale"
-        return 0
-    if scale is None:
-        return 1
-    assert scale.dtype == torch.float32 and scale.shape == (w.shape[0],), "E4M3 scales: (N,) fp32"
-    return 2
-
-
-def check_vector(name: str, t: torch.Tensor, n: int) -> None:
-    assert t.is_contiguous() and t.numel() == n, f"{name}: expected {n} contiguous elements, got {tuple(t.shape)}"
-
-
-def check_rows(name: str, t: torch.Tensor, k: int) -> None:
-    """A matrix of rows of length k (weights (N, K), prompt activations (M, K)), each row contiguous."""
-    assert t.dim() == 2 and t.shape[1] == k, f"{name}: expected (rows, {k}), got {tuple(t.shape)}"
-    assert t.stride(1) == 1, f"{name}: rows must be contiguous along K"

@@ -1,10 +1,10 @@
 """Launching compiled Triton kernels without triton's per-call Python work, for the prefill path.
 
 A 7B prefill of 128-512 tokens is host-bound or close: 257 launches per forward pass, and the GPU needs about
-13.6 ms at 512 tokens (scripts/results/prefill_host.txt). A Launcher keeps the compiled kernel per
+13.6 ms at 512 tokens (scripts/experiments/prefill_host.txt). A Launcher keeps the compiled kernel per
 specialization key and calls its launcher directly; a call with a new key goes through triton's normal path
 (compiling, or loading from triton's caches), which hands back the compiled kernel. H100, 7B bf16
-(scripts/launch_ab.py, results/launch_ab.txt): the host queued a 512-token forward pass in 8.81 ms against
+(scripts/experiments/launch_ab.txt): the host queued a 512-token forward pass in 8.81 ms against
 10.60 through triton's path (medians of 9), and time to first token at 128 tokens was 8.66 ms against 12.49.
 
 The key holds what triton 3.x specializes a launch on: each tensor's dtype and 16-byte alignment, each integer's
@@ -19,9 +19,8 @@ import torch
 import triton
 from triton.runtime import driver
 
-from .gemv import INTERPRET
+from ._common import INTERPRET
 
-ENABLED = True  # off: every launch takes triton's path (scripts/launch_ab.py times both)
 _KNOBS = getattr(triton, "knobs", None)  # triton >= 3.4; older releases always take triton's path
 
 
@@ -54,7 +53,7 @@ class Launcher:
         return lambda *args, **kwargs: self.launch(grid, args, kwargs)
 
     def launch(self, grid: tuple[int, ...], args: tuple, kwargs: dict) -> None:
-        if not ENABLED or INTERPRET or _KNOBS is None or _hooked(_KNOBS.runtime):
+        if INTERPRET or _KNOBS is None or _hooked(_KNOBS.runtime):
             self.kernel[grid](*args, **kwargs)
             return
         device = driver.active.get_current_device()  # triton compiles and launches for the current device

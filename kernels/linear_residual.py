@@ -11,9 +11,11 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import GemvConfig, cdiv, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
+from llamafast.config import WeightFormat
 
-# (N, K) -> launch; see scripts/results/tune_*.txt for the sweep that chose them.
+from ._common import cdiv, check_rows, check_vector
+from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
+
 # (N, K, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): wo 13.8 us = 2438 GB/s and w2 33.8 us
 # = 2668 GB/s in bf16; wo 8.4 us = 1999 GB/s and w2 18.9 us = 2386 GB/s in FP8 (E5M2).
 CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
@@ -29,9 +31,7 @@ def _linear_residual_kernel(
     x_ptr, w_ptr, s_ptr, res_ptr, out_ptr,  # x (K,), W (N, K), E4M3 scales (N,), residual (N,), out (N,)
     N, K, stride_wn,  # sizes; W's row stride
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-    USE_PDL: tl.constexpr,
 ):
-    pdl_prologue(USE_PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
     acc, _, _ = dot_rows(
@@ -41,16 +41,17 @@ def _linear_residual_kernel(
     tl.store(out_ptr + rows, (res + acc).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def linear_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, w_scale: torch.Tensor | None = None):
+def linear_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, w_scale: torch.Tensor | None = None,
+                    fmt: WeightFormat = WeightFormat.float, configs=None):
     """x (1, K), w (N, K) float or FP8, residual (1, N) -> (1, N) = residual + x @ w.T, in x's dtype."""
     n, k = w.shape
     check_vector("x", x, k)
     check_vector("residual", residual, n)
     check_rows("w", w, k)
     out = torch.empty_like(residual)
-    cfg = gemv_config(CONFIGS, w)
+    cfg = gemv_config(configs or CONFIGS, w)
     grid = (cdiv(n, cfg.block_n),)
     _linear_residual_kernel[grid](
-        x, w, w if w_scale is None else w_scale, residual, out, n, k, w.stride(0), **launch_args(cfg, w, w_scale)
+        x, w, w if w_scale is None else w_scale, residual, out, n, k, w.stride(0), **launch_args(cfg, w, w_scale, fmt)
     )
     return out

@@ -3,12 +3,12 @@
     h = x * rsqrt(mean(x^2) + eps) * g;  qkv = h @ Wqkv.T;  q, k = rope(q), rope(k) at pos + m;  cache[pos + m] = k, v
 
 The prefill counterpart of rmsnorm_qkv_rope.py, in three launches: the rows are normalized by a pre-pass
-(tiles.rmsnorm_rows says why), the tiled matmul of prefill_linear writes qkv (M, N) with a plain epilogue,
+(rmsnorm_rows.py says why), the tiled matmul (tiles.matmul) writes qkv (M, N) with a plain epilogue,
 and a pass per token rotates q and k by the fp32 cos/sin of the token's own position and scatters them:
 q to its output, k and v into the cache. The matmul keeps its epilogue plain because every epilogue that
 stored into the cache, with or without the rotation, cost it half its speed (H100, 7B, 4000 tokens: 1175-1349
 us against 724 us for the contiguous store, and 182-228 us against 100 us at 512 tokens; raw output in
-scripts/results/qkv_probe.txt), far more than the pass's extra read and write of qkv (2 x M x N x 2 bytes).
+scripts/experiments/qkv_probe.txt), far more than the pass's extra read and write of qkv (2 x M x N x 2 bytes).
 Legend: M tokens, C dim, H heads, KVH kv heads, D head_dim, N = (H + 2 KVH) D. Llama-2-7B, M = 512:
 51.5 GFLOP, 101 MB of Wqkv in bf16.
 """
@@ -19,15 +19,15 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import check_rows, check_vector, next_pow2
-from .launcher import Launcher
-from .prefill_linear import matmul
-from .tiles import TileConfig, rmsnorm_rows
+from llamafast.config import WeightFormat
 
-# Row count bound -> matmul launch (scripts/tune_prefill.py; files in scripts/results). H100, 7B bf16, the
-# whole op (norm, matmul, pass): 55.0 us at 128 tokens (pointer loads, tune_prefill_pointer.txt), 113.5 us at 512
-# (TMA loads, tune_prefill.txt); from 1,024 rows 128 x 256 tiles, 743.5 us at 4000 against 775.3 with 128 x 128
-# (tune_prefill_tma.txt, prefill_kernels_7b_tma_all.txt; end to end with wo/w2's: prefill_linear.CONFIGS).
+from ._common import check_rows, check_vector, next_pow2
+from .launcher import Launcher
+from .rmsnorm_rows import rmsnorm_rows
+from .tiles import TileConfig, matmul
+
+# Row count bound -> matmul launch (scripts/tune_prefill.py). H100, 7B bf16, the whole op (norm, matmul, pass):
+# 112.1 us at 512 tokens and 748.0 us at 4,000 (scripts/results/prefill_kernels_7b.txt, the run of record).
 CONFIGS: dict[int, TileConfig] = {
     1024: TileConfig(128, 128, 64, 8, 4),
     4096: TileConfig(128, 256, 64, 8, 4),
@@ -73,7 +73,8 @@ def _rotate(even_ptrs, pair, mask, cos_ptr, sin_ptr, position, HEAD_DIM: tl.cons
     return a * cos - b * sin, a * sin + b * cos
 
 
-def prefill_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv_scale=None):
+def prefill_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv_scale=None, fmt=WeightFormat.float,
+                     configs=None):
     """Same contract as llamafast.reference.rmsnorm_qkv_rope: x (M, C) -> q (M, H, D); caches written at pos.."""
     m, c = x.shape
     n, _ = wqkv.shape
@@ -85,7 +86,7 @@ def prefill_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "k and v caches: same layout, D contiguous"
     assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
     qkv = torch.empty((m, n), device=x.device, dtype=x.dtype)
-    matmul(rmsnorm_rows(x, norm_w, eps), wqkv, wqkv_scale, None, qkv, CONFIGS)
+    matmul(rmsnorm_rows(x, norm_w, eps), wqkv, wqkv_scale, fmt, None, qkv, configs or CONFIGS)
     q = torch.empty((m, qd // d, d), device=x.device, dtype=x.dtype)
     _ROPE_SCATTER[(m,)](
         qkv, q, k_cache, v_cache, cos, sin, pos, qd, kvd, k_cache.stride(0), k_cache.stride(1), HEAD_DIM=d,

@@ -2,7 +2,7 @@
 
     h = x * rsqrt(mean(x^2) + eps) * g;   out = silu(h @ W1.T) * (h @ W3.T)
 
-The prefill counterpart of rmsnorm_swiglu.py: the rows are normalized by a pre-pass (tiles.rmsnorm_rows says
+The prefill counterpart of rmsnorm_swiglu.py: the rows are normalized by a pre-pass (rmsnorm_rows.py says
 why), then each program computes the same (BLOCK_M, BLOCK_N) tile of both products from one load of the
 activation tile (tiles.dot_tiles with PAIR), so the gate and up outputs never leave registers.
 Legend: M tokens, C dim, F hidden. Llama-2-7B, M = 512: 92 GFLOP, 180 MB of W1 and W3 in bf16.
@@ -14,16 +14,16 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import check_rows, check_vector, fp8_code
-from .launcher import Launcher
-from .tiles import (
-    TileConfig, dot_tiles, launch, operands, rmsnorm_rows, row_scale, tile_config, tile_offsets,
-)
+from llamafast.config import WeightFormat
 
-# Row count bound -> launch (scripts/tune_prefill.py, scripts/results/tune_prefill_pointer.txt). Two fp32
-# accumulators per tile: a 128 x 128 tile needs 8 warps to hold them.
-# H100, 7B bf16: at 512 tokens 150.1 us = 615 TFLOP/s with TMA loads (tune_prefill.txt; 169.9 us with pointer
-# loads, tune_prefill_pointer.txt), at 4000 984.0 us = 733 TFLOP/s (tune_prefill.txt).
+from ._common import check_rows, check_vector, w_fp8
+from .launcher import Launcher
+from .rmsnorm_rows import rmsnorm_rows
+from .tiles import TileConfig, dot_tiles, launch, operands, row_scale, tile_config, tile_offsets
+
+# Row count bound -> launch (scripts/tune_prefill.py). Two fp32 accumulators per tile: a 128 x 128 tile needs
+# 8 warps to hold them. H100, 7B bf16: 150.7 us at 512 tokens and 987.8 us at 4,000
+# (scripts/results/prefill_kernels_7b.txt, the run of record).
 CONFIGS: dict[int, TileConfig] = {
     4096: TileConfig(128, 128, 64, 8, 4),
 }
@@ -50,7 +50,7 @@ def _prefill_swiglu_kernel(
 _SWIGLU = Launcher(_prefill_swiglu_kernel)
 
 
-def prefill_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None):
+def prefill_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None, fmt=WeightFormat.float, configs=None):
     """Same contract as llamafast.reference.rmsnorm_swiglu: x (M, C) -> (M, F)."""
     m, c = x.shape
     f = w1.shape[0]
@@ -60,13 +60,13 @@ def prefill_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None):
     assert w3.shape == w1.shape and w3.stride() == w1.stride(), "w1 and w3: same shape and layout"
     out = torch.empty((m, f), device=x.device, dtype=x.dtype)
     h = rmsnorm_rows(x, norm_w, eps)
-    cfg = tile_config(CONFIGS, m, c, x.element_size())
+    cfg = tile_config(configs or CONFIGS, m, c, x.element_size())
     run = launch(cfg, m, f)
     (a, w1t, w3t), tma = operands(h, [w1, w3], cfg)
     _SWIGLU[run["grid"]](
         a, w1t, w3t, w1 if w1_scale is None else w1_scale, w3 if w3_scale is None else w3_scale, out,
         m, f, c, h.stride(0), w1.stride(0),
-        EVEN_K=c % cfg.block_k == 0, W_FP8=fp8_code(w1, w1_scale), FP32=x.dtype == torch.float32, TMA=tma,
+        EVEN_K=c % cfg.block_k == 0, W_FP8=w_fp8(fmt, w1, w1_scale), FP32=x.dtype == torch.float32, TMA=tma,
         **run["meta"],
     )
     return out

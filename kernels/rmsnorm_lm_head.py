@@ -10,7 +10,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import GemvConfig, cdiv, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
+from llamafast.config import WeightFormat
+
+from ._common import cdiv, check_rows, check_vector
+from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 
 # (V, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 88.4 us = 2966 GB/s at 7B in bf16,
 # 48.2 us = 2720 GB/s in FP8 (E5M2).
@@ -25,9 +28,7 @@ def _rmsnorm_lm_head_kernel(
     x_ptr, g_ptr, w_ptr, s_ptr, out_ptr,  # x (C,), g (C,), W (V, C), E4M3 scales (V,), logits (V,) fp32
     V, C, stride_wn, eps,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-    USE_PDL: tl.constexpr,
 ):
-    pdl_prologue(USE_PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < V
     acc, _, ss = dot_rows(
@@ -36,15 +37,16 @@ def _rmsnorm_lm_head_kernel(
     tl.store(out_ptr + rows, acc * tl.rsqrt(ss / C + eps), mask=mask)
 
 
-def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float, w_scale=None):
+def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float, w_scale=None,
+                    fmt: WeightFormat = WeightFormat.float, configs=None):
     """Same contract as llamafast.reference.rmsnorm_lm_head for one token: x (1, C) -> logits (1, V) fp32."""
     v, c = w.shape
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
     check_rows("w", w, c)
     out = torch.empty((1, v), device=x.device, dtype=torch.float32)
-    cfg = gemv_config(CONFIGS, w)
+    cfg = gemv_config(configs or CONFIGS, w)
     _rmsnorm_lm_head_kernel[(cdiv(v, cfg.block_n),)](
-        x, norm_w, w, w if w_scale is None else w_scale, out, v, c, w.stride(0), eps, **launch_args(cfg, w, w_scale)
+        x, norm_w, w, w if w_scale is None else w_scale, out, v, c, w.stride(0), eps, **launch_args(cfg, w, w_scale, fmt)
     )
     return out

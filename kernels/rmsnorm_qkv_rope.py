@@ -17,7 +17,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import GemvConfig, cdiv, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
+from llamafast.config import WeightFormat
+
+from ._common import cdiv, check_rows, check_vector
+from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 
 # (N, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 36.7 us = 2741 GB/s at 7B in bf16,
 # 21.5 us = 2342 GB/s in FP8 (E5M2).
@@ -33,9 +36,7 @@ def _rmsnorm_qkv_rope_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr,  # q out (H*D,); caches (KVH, Smax, D)
     N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps,  # N = QD + 2*KVD rows; cache strides (head, seq)
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-    USE_PDL: tl.constexpr,
 ):
-    pdl_prologue(USE_PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
     acc, _, ss = dot_rows(
@@ -59,7 +60,8 @@ def _rmsnorm_qkv_rope_kernel(
     tl.store(v_cache_ptr + offs, out.to(v_cache_ptr.dtype.element_ty), mask=(rows >= QD + KVD) & mask)
 
 
-def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv_scale=None):
+def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv_scale=None, fmt=WeightFormat.float,
+                     configs=None):
     """Same contract as llamafast.reference.rmsnorm_qkv_rope, for one token: x (1, C) -> q (1, H, D)."""
     n, c = wqkv.shape
     kvh, smax, d = k_cache.shape
@@ -70,11 +72,11 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "k and v caches: same layout, D contiguous"
     assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
     q = torch.empty((1, qd // d, d), device=x.device, dtype=x.dtype)
-    cfg = gemv_config(CONFIGS, wqkv)
+    cfg = gemv_config(configs or CONFIGS, wqkv)
     block_n = max(2, cfg.block_n)  # even, so both rows of a RoPE pair are in one program
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
         x, norm_w, wqkv, wqkv if wqkv_scale is None else wqkv_scale, cos, sin, pos, q, k_cache, v_cache,
         n, c, qd, kvh * d, wqkv.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
-        HEAD_DIM=d, **launch_args(cfg, wqkv, wqkv_scale, block_n),
+        HEAD_DIM=d, **launch_args(cfg, wqkv, wqkv_scale, fmt, block_n),
     )
     return q

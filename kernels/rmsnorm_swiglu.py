@@ -13,7 +13,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import GemvConfig, cdiv, check_rows, check_vector, dot_rows, gemv_config, launch_args, pdl_prologue
+from llamafast.config import WeightFormat
+
+from ._common import cdiv, check_rows, check_vector
+from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 
 # (F, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 64.8 us = 2785 GB/s at 7B in bf16,
 # 35.9 us = 2516 GB/s in FP8 (E5M2).
@@ -28,9 +31,7 @@ def _rmsnorm_swiglu_kernel(
     x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr,  # x, g (C,); W1, W3 (F, C); E4M3 scales (F,); out (F,)
     F, C, stride_wn, eps,  # sizes; W1/W3 row stride
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-    USE_PDL: tl.constexpr,
 ):
-    pdl_prologue(USE_PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < F
     gate, up, ss = dot_rows(
@@ -41,7 +42,7 @@ def _rmsnorm_swiglu_kernel(
     tl.store(out_ptr + rows, (a * tl.sigmoid(a) * b).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None):
+def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None, fmt=WeightFormat.float, configs=None):
     """Same contract as llamafast.reference.rmsnorm_swiglu for one token: x (1, C) -> (1, F)."""
     f, c = w1.shape
     check_vector("x", x, c)
@@ -51,9 +52,9 @@ def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None):
     assert w1.shape == w3.shape and w1.stride() == w3.stride() and w1.dtype == w3.dtype, "w1, w3: same shape, layout"
     assert (w1_scale is None) == (w3_scale is None), "w1 and w3: the same weight format"
     out = torch.empty((1, f), device=x.device, dtype=x.dtype)
-    cfg = gemv_config(CONFIGS, w1)
+    cfg = gemv_config(configs or CONFIGS, w1)
     _rmsnorm_swiglu_kernel[(cdiv(f, cfg.block_n),)](
         x, norm_w, w1, w3, w1 if w1_scale is None else w1_scale, w3 if w3_scale is None else w3_scale, out,
-        f, c, w1.stride(0), eps, **launch_args(cfg, w1, w1_scale)
+        f, c, w1.stride(0), eps, **launch_args(cfg, w1, w1_scale, fmt)
     )
     return out

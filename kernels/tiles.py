@@ -2,7 +2,7 @@
 
 A prompt of M tokens turns every projection into a real matmul, (M, K) @ W.T with W (N, K) in nn.Linear
 layout, so these kernels use tensor cores (tl.dot) on (BLOCK_M, BLOCK_N) output tiles, where the decode
-kernels (gemv.py) reduce with FMAs. Unlike decode, RMSNorm is a row pre-pass here (rmsnorm_rows says why);
+kernels (gemv.py) reduce with FMAs. Unlike decode, RMSNorm is a row pre-pass here (rmsnorm_rows.py says why);
 RoPE, SiLU * up, residual adds and the cache writes are fused into the epilogues.
 FP8 weights (int8 bit patterns) are bitcast and converted to the activation dtype in the tile load.
 """
@@ -16,7 +16,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import INTERPRET, cdiv, dot_dim, next_pow2
+from llamafast.config import WeightFormat
+
+from ._common import INTERPRET, cdiv, decode_weights, dot_dim, w_fp8
 from .launcher import Launcher
 
 
@@ -87,38 +89,6 @@ def _tma_loop(a_desc, w_desc, w2_desc, off_m, off_n, K, acc, acc2, BLOCK_K: tl.c
 
 
 @triton.jit
-def _rmsnorm_rows_kernel(x_ptr, g_ptr, h_ptr, K, stride_xm, eps, BLOCK_K: tl.constexpr):
-    """One row: h = x * rsqrt(mean(x^2) + eps) * g, rounded to x's dtype as the reference rounds it."""
-    row = tl.program_id(0).to(tl.int64)
-    k = tl.arange(0, BLOCK_K)
-    ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        x = tl.load(x_ptr + row * stride_xm + k0 + k, mask=k0 + k < K, other=0.0).to(tl.float32)
-        ss += x * x
-    rstd = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
-    for k0 in range(0, K, BLOCK_K):
-        mask = k0 + k < K
-        x = tl.load(x_ptr + row * stride_xm + k0 + k, mask=mask, other=0.0).to(tl.float32)
-        g = tl.load(g_ptr + k0 + k, mask=mask, other=0.0).to(tl.float32)
-        tl.store(h_ptr + row * K + k0 + k, (x * rstd * g).to(h_ptr.dtype.element_ty), mask=mask)
-
-
-_RMSNORM_ROWS = Launcher(_rmsnorm_rows_kernel)
-
-
-def rmsnorm_rows(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
-    """The normalized prompt rows (M, K) that the normed prefill matmuls multiply: a pre-pass, not fused into
-    their dot loop. At 7B on the H100, QKV + SwiGLU at 512 and 4000 tokens took 4862 us with sum(x^2) and the
-    g multiply inside the tl.dot loop, 3335 us with only g inside (the statistic from a pre-pass) and 2897 us
-    with this pre-pass writing the rows (scripts/results/prefill_norm_modes.txt): touching the A operand in
-    registers costs the loop more than the pre-pass's extra 2 x M x K x 2 bytes (16 MB at 4000 tokens)."""
-    m, k = x.shape
-    h = torch.empty((m, k), device=x.device, dtype=x.dtype)
-    _RMSNORM_ROWS[(m,)](x, g, h, k, x.stride(0), eps, BLOCK_K=min(1024, next_pow2(k)), num_warps=4)
-    return h
-
-
-@triton.jit
 def _dot(a, w, acc, FP32: tl.constexpr):
     if FP32:  # tf32 would cost the fp32 path its exactness (the golden tests run it)
         return tl.dot(a, tl.trans(w), acc, input_precision="ieee")
@@ -132,11 +102,7 @@ def _weight_tile(ptrs, k, K, col_mask, EVEN_K: tl.constexpr, W_FP8: tl.constexpr
         w = tl.load(ptrs, mask=col_mask, other=0)
     else:
         w = tl.load(ptrs, mask=col_mask & (k < K)[None, :], other=0)
-    if W_FP8 == 1:
-        w = w.to(tl.float8e5, bitcast=True)
-    elif W_FP8 == 2:
-        w = w.to(tl.float8e4nv, bitcast=True)
-    return w.to(dtype)
+    return decode_weights(w, W_FP8).to(dtype)
 
 
 @triton.jit
@@ -169,11 +135,10 @@ def tile_config(table: dict[int, TileConfig], m: int, k: int, elem_bytes: int = 
 
 
 # Fewest rows for TMA loads, and for making their descriptors on the host. H100, 7B bf16, time to first token
-# (min of 14, scripts/results/tile_ab_dev.txt): at 512 tokens 12.98 ms with TMA loads (descriptors made on the
+# (min of 14, scripts/experiments/tile_ab_dev.txt): at 512 tokens 12.98 ms with TMA loads (descriptors made on the
 # device) against 14.11 with pointer loads; at 4,000 tokens 100.13 ms with host descriptors against 103.17 with
-# device ones (each program builds and fences its own), and the same order in tile_ab_dev16.txt. Host descriptors
-# go through triton's own launch path and are encoded at every launch: with them from 512 rows the host could not
-# keep up (22.95 ms at 512 tokens, bench_prefill_7b_tma_all.txt), hence the device ones in between.
+# device ones (each program builds and fences its own). Host descriptors go through triton's own launch path and
+# are encoded at every launch, too slow for the host below 1,024 rows.
 TMA_MIN_ROWS = 512
 HOST_DESCRIPTOR_ROWS = 1024
 
@@ -182,7 +147,7 @@ def use_tma(x: torch.Tensor, w: torch.Tensor) -> bool:
     """TMA tile loads (Hopper and newer) for 2-byte activations and weights of the same dtype, with 16-byte
     aligned rows, from TMA_MIN_ROWS rows; FP8 weights, fp32 and the interpreter take the pointer loads. H100,
     7B bf16: SwiGLU 996.6 us = 724 TFLOP/s at 4000 tokens against 1224.8 us with pointer loads
-    (scripts/results/tma_probe.txt)."""
+    (scripts/experiments/tma_probe.txt)."""
     if INTERPRET or not x.is_cuda or x.dtype not in (torch.bfloat16, torch.float16) or w.dtype != x.dtype:
         return False
     if x.shape[0] < TMA_MIN_ROWS:
@@ -223,3 +188,38 @@ def launch(cfg: TileConfig, m: int, n: int) -> dict:
         "meta": {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m,
                  "num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
     }
+
+
+@triton.jit
+def _prefill_linear_kernel(
+    x_ptr, w_ptr, s_ptr, res_ptr, out_ptr,  # x (M, K), W (N, K), E4M3 scales (N,), residual and out (M, N)
+    M, N, K, stride_xm, stride_wn,
+    RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, FP32: tl.constexpr, TMA: tl.constexpr,
+):
+    off_m, off_n = tile_offsets(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc, _ = dot_tiles(x_ptr, stride_xm, w_ptr, w_ptr, stride_wn, off_m, off_n, M, N, K,
+                       BLOCK_M, BLOCK_N, BLOCK_K, False, EVEN_K, W_FP8, FP32, TMA)
+    rows, cols = off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
+    acc = row_scale(acc, s_ptr, cols, N, W_FP8)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    offs = rows[:, None].to(tl.int64) * N + cols[None, :]
+    if RESIDUAL:
+        acc += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+_LINEAR = Launcher(_prefill_linear_kernel)
+
+
+def matmul(x, w, w_scale, fmt: WeightFormat, residual, out, configs: dict[int, TileConfig]) -> None:
+    """out = x @ w.T (+ residual): the tiled loop with a plain epilogue, launched from the table `configs`."""
+    (m, k), n = x.shape, w.shape[0]
+    cfg = tile_config(configs, m, k, x.element_size())
+    run = launch(cfg, m, n)
+    (a, wt), tma = operands(x, [w], cfg)
+    _LINEAR[run["grid"]](
+        a, wt, w if w_scale is None else w_scale, out if residual is None else residual, out, m, n, k, x.stride(0),
+        w.stride(0), RESIDUAL=residual is not None, EVEN_K=k % cfg.block_k == 0, W_FP8=w_fp8(fmt, w, w_scale),
+        FP32=x.dtype == torch.float32, TMA=tma, **run["meta"],
+    )

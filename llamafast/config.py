@@ -119,6 +119,20 @@ class Backend(str, Enum):
     triton = "triton"  # fused Triton kernels, the whole decode step replayed from one CUDA graph
 
 
+class WeightFormat(str, Enum):
+    """How a linear weight is stored; it travels from the loader to the kernels as this value, never guessed
+    from a tensor's dtype. FP8 weights are int8 bit patterns (E4M3 with one fp32 scale per output row)."""
+
+    float = "float"  # in the activation dtype
+    fp8_e5m2 = "fp8_e5m2"
+    fp8_e4m3 = "fp8_e4m3"
+
+    @property
+    def code(self) -> int:
+        """The kernels' W_FP8 constexpr: 0 float, 1 E5M2, 2 E4M3."""
+        return ("float", "fp8_e5m2", "fp8_e4m3").index(self.value)
+
+
 class DType(str, Enum):
     auto = "auto"  # the checkpoint's dtype on CUDA, float32 on the CPU
     float32 = "float32"

@@ -32,11 +32,12 @@ PREFILL_CHUNK = 2048
 
 
 class Engine:
-    """Runs one model's prefill and decode steps with device-side state; `mode` says how decode runs."""
+    """Runs one model's prefill and decode steps with device-side state; the model's backend says how a decode
+    step runs (eagerly, under torch.compile, or replayed from a CUDA graph)."""
 
     def __init__(
-        self, model: Transformer, sampling: SamplingConfig, max_seq_len: int, mode: str = "eager",
-        prefill_chunk: int = PREFILL_CHUNK, n_vocab: int | None = None,
+        self, model: Transformer, sampling: SamplingConfig, max_seq_len: int, prefill_chunk: int = PREFILL_CHUNK,
+        n_vocab: int | None = None,
     ):
         """max_seq_len: positions the KV cache holds (prompt plus new tokens); at most the model's context.
         prefill_chunk: prompt tokens per forward pass; longer prompts run in chunks, each attending to the
@@ -45,16 +46,17 @@ class Engine:
         if model.cache_len != max_seq_len:
             model.setup_cache(max_seq_len)
         device = model.tok_embeddings.weight.device
-        self.model, self.sampling, self.mode, self.prefill_chunk = model, sampling, mode, prefill_chunk
+        self.model, self.sampling, self.prefill_chunk = model, sampling, prefill_chunk
+        self.mode = model.backend.step  # "eager", "compile" or "graph": the model's backend says
         self.n_vocab = n_vocab if n_vocab is not None and n_vocab < model.config.vocab_size else None
         self.token = torch.zeros(1, dtype=torch.long, device=device)  # (1,) last sampled token
         self.pos = torch.zeros((), dtype=torch.long, device=device)  # position of self.token
         self.seen = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)  # for the penalty
         self._compiled = None
         self._graph: torch.cuda.CUDAGraph | None = None
-        if mode == "graph" and device.type != "cuda":
+        if self.mode == "graph" and device.type != "cuda":
             self.mode = "eager"  # the kernels under TRITON_INTERPRET=1 on the CPU: no graphs there
-        if mode == "compile":
+        if self.mode == "compile":
             _inductor_settings()
             self._compiled = torch.compile(self._next_token, mode="reduce-overhead", fullgraph=True)
 

@@ -10,18 +10,19 @@ from pathlib import Path
 
 import torch
 
-from llamafast.formats import Checkpoint, open_checkpoint
+from llamafast.backends import build
 from llamafast.config import Backend, DType, ModelConfig, model_config
 from llamafast.errors import LlamafastError
-from llamafast.model import REFERENCE_OPS, Ops, Transformer, build
-from llamafast.tokenizers import Tokenizer
-from llamafast.quant import FP8Format
+from llamafast.formats import Checkpoint, open_checkpoint
 from llamafast.formats.common import Progress
-from llamafast.weights import checkpoint_dtype, load_state, quantize_state, random_state, weight_format
+from llamafast.model import Transformer
+from llamafast.quant import FP8Format
+from llamafast.tokenizers import Tokenizer
+from llamafast.weights import (
+    checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, weight_format,
+)
 
 _DTYPES = {DType.float32: torch.float32, DType.bfloat16: torch.bfloat16, DType.float16: torch.float16}
-# How Engine runs a decode step for each backend.
-DECODE_MODES = {Backend.reference: "eager", Backend.compile: "compile", Backend.triton: "graph"}
 
 
 def bundled_model() -> Path:
@@ -110,7 +111,8 @@ def load_model(
     torch_dtype = resolve_dtype(dtype, device, checkpoint_dtype(ckpt))
     state = load_state(ckpt, device, torch_dtype, progress, fp8)
     backend = resolve_backend(backend, device)
-    model = _build(ckpt.config, state, backend)
+    formats = (fp8.format, fp8.format) if fp8 else checkpoint_formats(ckpt)
+    model = build(ckpt.config, state, backend, *formats)
     _sync(device)
     weights = fp8.weights if fp8 else weight_format(ckpt)
     weights = _dtype_name(torch_dtype) if weights == "native" else weights
@@ -131,7 +133,10 @@ def random_model(
     torch_dtype = resolve_dtype(dtype, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     backend = resolve_backend(backend, device)
     state = random_state(config, device, torch_dtype, seed)
-    model = _build(config, quantize_state(state, fp8) if fp8 else state, backend)
+    if fp8:
+        model = build(config, quantize_state(state, fp8), backend, fp8.format)
+    else:
+        model = build(config, state, backend)
     _sync(device)
     weights = fp8.weights if fp8 else _dtype_name(torch_dtype)
     return LoadedModel(model, None, backend, "random", shape, time.perf_counter() - t0, weights)
@@ -140,39 +145,13 @@ def random_model(
 def quantized(lm: LoadedModel, fp8: FP8Format) -> LoadedModel:
     """The same model with FP8 linear weights quantized from lm's (lm is kept: bench runs both)."""
     t0 = time.perf_counter()
-    model = _build(lm.model.config, quantize_state(lm.model.state_dict(), fp8), lm.backend)
+    model = build(lm.model.config, quantize_state(lm.model.state_dict(), fp8), lm.backend, fp8.format)
     _sync(lm.model.tok_embeddings.weight.device)
     return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, fp8.weights)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def _build(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backend) -> Transformer:
-    if backend != Backend.triton:
-        return build(config, state, REFERENCE_OPS)
-    device = state["tok_embeddings.weight"].device
-    e4m3 = any(name.endswith(".scale") for name in state)
-    if e4m3 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
-        name = torch.cuda.get_device_name(device)
-        raise LlamafastError(f"E4M3 weights need compute capability 8.9 or newer (Ada, Hopper); {name} lacks it")
-    from llamafast import kernels  # imports Triton only when its backend is chosen
-
-    ops = Ops(
-        "triton", kernels.rmsnorm_qkv_rope, kernels.decode_attention, kernels.linear_residual,
-        kernels.rmsnorm_swiglu, kernels.rmsnorm_lm_head,
-    )
-    prefill_ops = Ops(
-        "triton-prefill", kernels.prefill_qkv_rope, kernels.flash_attention, kernels.prefill_linear_residual,
-        kernels.prefill_swiglu, kernels.prefill_lm_head,
-    )
-    return build(config, state, ops, prefill_ops)
-
-
-def with_backend(model: Transformer, backend: Backend) -> Transformer:
-    """The same weights (shared, not copied) in a model built for another backend; bench compares them."""
-    return _build(model.config, model.state_dict(), backend)
 
 
 def _tokenizer(ckpt: Checkpoint) -> Tokenizer:

@@ -6,36 +6,16 @@ Positions live in a device tensor, so a decode step has static shapes and can be
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from llamafast import reference
-from llamafast.config import ModelConfig
+from llamafast.config import ModelConfig, WeightFormat
+from llamafast.errors import LlamafastError
 
-
-@dataclass(frozen=True)
-class Ops:
-    """The fusion boundaries of one transformer block; reference.py has the signatures."""
-
-    name: str
-    rmsnorm_qkv_rope: Callable
-    attention: Callable
-    linear_residual: Callable
-    rmsnorm_swiglu: Callable
-    rmsnorm_lm_head: Callable
-
-
-REFERENCE_OPS = Ops(
-    "reference",
-    reference.rmsnorm_qkv_rope,
-    reference.attention,
-    reference.linear_residual,
-    reference.rmsnorm_swiglu,
-    reference.rmsnorm_lm_head,
-)
+if TYPE_CHECKING:
+    from llamafast.backends import BackendOps
 
 
 def _weight(*shape: int) -> nn.Parameter:
@@ -47,6 +27,7 @@ class _Linear(nn.Module):  # a named weight holder; the ops do the math
         super().__init__()
         self.weight = _weight(n_out, n_in)  # float, or int8 FP8 bit patterns (llamafast.quant)
         self.register_parameter("scale", None)  # (n_out,) fp32 for E4M3 weights
+        self.fmt = WeightFormat.float  # how weight is stored, set once by build() and passed to every op
 
 
 class _Norm(nn.Module):
@@ -78,25 +59,26 @@ class Block(nn.Module):
         self.attention_norm = _Norm(c.dim)
         self.ffn_norm = _Norm(c.dim)
 
-    def forward(self, x, pos, rope_cos, rope_sin, ops: Ops, eps: float):
+    def forward(self, x, pos, rope_cos, rope_sin, ops, eps: float):
         k_cache, v_cache = self.k_cache, self.v_cache  # (KVH, Smax, D) each, set up by Transformer.setup_cache
         qkv, wo, ffn = self.attention.wqkv, self.attention.wo, self.feed_forward
         q = ops.rmsnorm_qkv_rope(
-            x, self.attention_norm.weight, qkv.weight, rope_cos, rope_sin, pos, k_cache, v_cache, eps, qkv.scale
+            x, self.attention_norm.weight, qkv.weight, rope_cos, rope_sin, pos, k_cache, v_cache, eps, qkv.scale,
+            fmt=qkv.fmt,
         )  # (S, H, D); k and v went into the caches
-        h = ops.linear_residual(ops.attention(q, k_cache, v_cache, pos), wo.weight, x, wo.scale)
-        f = ops.rmsnorm_swiglu(h, self.ffn_norm.weight, ffn.w1.weight, ffn.w3.weight, eps, ffn.w1.scale, ffn.w3.scale)
-        return ops.linear_residual(f, ffn.w2.weight, h, ffn.w2.scale)  # (S, C)
+        h = ops.linear_residual(ops.attention(q, k_cache, v_cache, pos), wo.weight, x, wo.scale, fmt=wo.fmt)
+        f = ops.rmsnorm_swiglu(h, self.ffn_norm.weight, ffn.w1.weight, ffn.w3.weight, eps, ffn.w1.scale, ffn.w3.scale,
+                               fmt=ffn.w1.fmt)
+        return ops.linear_residual(f, ffn.w2.weight, h, ffn.w2.scale, fmt=ffn.w2.fmt)  # (S, C)
 
 
 class Transformer(nn.Module):
     """Build on the meta device, then load_state_dict(state, assign=True) and setup_cache()."""
 
-    def __init__(self, config: ModelConfig, ops: Ops = REFERENCE_OPS, prefill_ops: Ops | None = None):
+    def __init__(self, config: ModelConfig, backend: BackendOps):
         super().__init__()
         self.config = config
-        self.ops = ops  # decode (S = 1)
-        self.prefill_ops = prefill_ops or ops  # S > 1
+        self.backend = backend  # decode ops (S = 1), prefill ops (S > 1), how a decode step runs
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
         self.tok_embeddings.weight.requires_grad_(False)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
@@ -124,15 +106,20 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
         """tokens (S,) int64 at positions pos..pos+S-1 -> fp32 logits (S, V), or (1, V) of the last token."""
-        ops = self.ops if tokens.shape[0] == 1 else self.prefill_ops
+        ops = self.backend.decode if tokens.shape[0] == 1 else self.backend.prefill
         x = self.tok_embeddings.weight[tokens]  # (S, C)
         eps = self.config.norm_eps
         for layer in self.layers:
             x = layer(x, pos, self.rope_cos, self.rope_sin, ops, eps)
         if not all_logits:
             x = x[-1:]
-        head = self.ops if x.shape[0] == 1 else ops  # one row: the decode GEMV
-        return head.rmsnorm_lm_head(x, self.norm.weight, self.output.weight, eps, self.output.scale)
+        head = self.backend.decode if x.shape[0] == 1 else ops  # one row: the decode GEMV
+        return head.rmsnorm_lm_head(x, self.norm.weight, self.output.weight, eps, self.output.scale, fmt=self.output.fmt)
+
+    @property
+    def weight_formats(self) -> tuple[WeightFormat, WeightFormat]:
+        """(the layers' linear weights, the LM head): what build() was given."""
+        return self.layers[0].attention.wqkv.fmt, self.output.fmt
 
     def weight_bytes_per_token(self) -> int:
         """Bytes one decode step reads from weights: every tensor once, the embedding table only one row."""
@@ -158,10 +145,13 @@ def rope_tables(head_dim: int, max_seq_len: int, theta: float, device) -> tuple[
     return torch.cos(angles), torch.sin(angles)
 
 
-def build(config: ModelConfig, state: dict[str, torch.Tensor], ops: Ops = REFERENCE_OPS, prefill_ops=None) -> Transformer:
-    """The backend is chosen here, once: the ops bundle is fixed for the model's life."""
+def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: BackendOps, weights: WeightFormat,
+             head: WeightFormat) -> Transformer:
+    """The model on `state`'s tensors (no copies), its ops fixed for its life; llamafast.backends.build calls it.
+    weights is the format of every layer's linear weights, head the LM head's; both are checked against the
+    tensors, never guessed from them."""
     with torch.device("meta"):
-        model = Transformer(config, ops, prefill_ops)
+        model = Transformer(config, backend)
     state = dict(state)
     scales = {name: state.pop(name) for name in [n for n in state if n.endswith(".scale")]}
     model.load_state_dict(state, assign=True, strict=True)
@@ -169,4 +159,15 @@ def build(config: ModelConfig, state: dict[str, torch.Tensor], ops: Ops = REFERE
         model.get_submodule(name.removesuffix(".scale")).scale = nn.Parameter(scale, requires_grad=False)
     if model.output.weight.data_ptr() == model.tok_embeddings.weight.data_ptr():
         model.output.weight = model.tok_embeddings.weight  # tied: one tensor, counted once
+    for name, linear in model.named_modules():
+        if isinstance(linear, _Linear):
+            linear.fmt = head if name == "output" else weights
+            _check_format(name, linear)
     return model.eval()
+
+
+def _check_format(name: str, linear: _Linear) -> None:
+    fp8, e4m3 = linear.fmt != WeightFormat.float, linear.fmt == WeightFormat.fp8_e4m3
+    if (linear.weight.dtype == torch.int8) != fp8 or (linear.scale is not None) != e4m3:
+        stored = f"{linear.weight.dtype} {'with' if linear.scale is not None else 'without'} scales"
+        raise LlamafastError(f"{name}.weight is {stored}, which is not {linear.fmt.value} as its metadata says")

@@ -1,8 +1,8 @@
 """FP8 weights: E5M2 bit patterns in int8 tensors (no scale: E5M2 is the top byte of an fp16), or E4M3
 (float8e4nv) with one fp32 scale per output channel, which has about half of E5M2's weight error.
 
-An int8 weight is E5M2 when it has no scale and E4M3 when it has one; the reference path dequantizes it,
-the Triton kernels bitcast it in registers.
+The format travels as a value (llamafast.config.WeightFormat) from the loader to the ops: the reference path
+dequantizes, the Triton kernels bitcast in registers.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 import torch
+
+from llamafast.config import WeightFormat
 
 E5M2_MAX = 57344.0  # largest finite E5M2; beyond it the cast would give inf, so values are saturated
 E4M3_MAX = 448.0
@@ -26,6 +28,10 @@ class FP8Format(str, Enum):
     def weights(self) -> str:
         """The weight-format name in checkpoint metadata and reports: "fp8_e5m2" or "fp8_e4m3"."""
         return f"fp8_{self.value}"
+
+    @property
+    def format(self) -> WeightFormat:
+        return WeightFormat(self.weights)
 
 
 @dataclass
@@ -64,7 +70,8 @@ def quantize(w: torch.Tensor, fmt: FP8Format, name: str = "") -> tuple[torch.Ten
             scale[rows] = s
             q[rows] = (wf / s[:, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).view(torch.int8)
             unit = wf.abs() / s[:, None]
-        rel = (dequantize(q[rows], None if scale is None else scale[rows], torch.float32) - wf).abs() / wf.abs()
+        rows_scale = None if scale is None else scale[rows]
+        rel = (dequantize(q[rows], rows_scale, torch.float32, fmt.format) - wf).abs() / wf.abs()
         rel = rel[unit >= _NORMAL_MIN[fmt.value]]
         if rel.numel():
             max_err = torch.maximum(max_err, rel.max())
@@ -74,11 +81,13 @@ def quantize(w: torch.Tensor, fmt: FP8Format, name: str = "") -> tuple[torch.Ten
     return q, scale, stats
 
 
-def dequantize(w: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-    """int8 FP8 bit patterns (E5M2 without a scale, E4M3 with per-row scales) -> dtype; floats pass through."""
-    if w.dtype != torch.int8:
+def dequantize(w: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype, fmt: WeightFormat) -> torch.Tensor:
+    """A weight stored in fmt -> dtype: int8 bit patterns of E5M2, or of E4M3 times its per-row scales; float
+    weights pass through."""
+    assert (w.dtype == torch.int8) == (fmt != WeightFormat.float), f"{fmt.value} weights stored as {w.dtype}"
+    if fmt == WeightFormat.float:
         return w
-    if scale is None:
+    if fmt == WeightFormat.fp8_e5m2:
         return w.view(torch.float8_e5m2).to(dtype)
     return (w.view(torch.float8_e4m3fn).float() * scale[:, None]).to(dtype)
 

@@ -3,7 +3,8 @@
 Legend: S seq (tokens in this call), Smax cache length, H heads, KVH kv heads, D head_dim, C dim,
 F hidden, V vocab. Each fused Triton kernel has the same signature and is tested against these.
 Norms are computed in fp32 and matmuls accumulate in fp32 (cuBLAS does for bf16/fp16).
-FP8 weights (int8 bit patterns, with an optional per-row scale) are dequantized to the activation dtype first.
+FP8 weights (int8 bit patterns, E4M3 with a per-row scale; fmt says which) are dequantized to the activation
+dtype first.
 Bytes are for one decode step (S=1) at Llama-2-7B in bf16.
 """
 
@@ -12,7 +13,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from llamafast.config import WeightFormat
 from llamafast.quant import dequantize
+
+FLOAT = WeightFormat.float
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -28,7 +32,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2).to(x.dtype)
 
 
-def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv_scale=None):
+def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv_scale=None, fmt=FLOAT):
     """q = rope(norm(x) @ wq.T); k, v likewise (no rope on v) are written into the caches at pos.
 
     x (S, C); norm_w (C,); wqkv (H*D + 2*KVH*D, C); cos, sin (Smax, D/2) fp32 tables;
@@ -38,7 +42,7 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv
     S = x.shape[0]
     KVH, _, D = k_cache.shape
     positions = pos + torch.arange(S, device=x.device)  # (S,)
-    qkv = rmsnorm(x, norm_w, eps) @ dequantize(wqkv, wqkv_scale, x.dtype).T  # (S, H*D + 2*KVH*D)
+    qkv = rmsnorm(x, norm_w, eps) @ dequantize(wqkv, wqkv_scale, x.dtype, fmt).T  # (S, H*D + 2*KVH*D)
     q, k, v = qkv.split([qkv.shape[1] - 2 * KVH * D, KVH * D, KVH * D], dim=1)
     c, s = cos[positions], sin[positions]  # (S, D/2)
     q = rope(q.unflatten(1, (-1, D)), c, s)  # (S, H, D)
@@ -64,17 +68,17 @@ def attention(q, k_cache, v_cache, pos):
     return out[0].transpose(0, 1).reshape(S, H * D)
 
 
-def linear_residual(x, w, residual, w_scale=None):
+def linear_residual(x, w, residual, w_scale=None, fmt=FLOAT):
     """residual + x @ w.T: the output projection (wo, 32 MB) and down projection (w2, 90 MB) at 7B."""
-    return residual + x @ dequantize(w, w_scale, x.dtype).T
+    return residual + x @ dequantize(w, w_scale, x.dtype, fmt).T
 
 
-def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None):
+def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None, fmt=FLOAT):
     """silu(norm(x) @ w1.T) * (norm(x) @ w3.T). x (S, C); w1, w3 (F, C) -> (S, F). Reads 180 MB at 7B."""
     h = rmsnorm(x, norm_w, eps)
-    return F.silu(h @ dequantize(w1, w1_scale, x.dtype).T) * (h @ dequantize(w3, w3_scale, x.dtype).T)
+    return F.silu(h @ dequantize(w1, w1_scale, x.dtype, fmt).T) * (h @ dequantize(w3, w3_scale, x.dtype, fmt).T)
 
 
-def rmsnorm_lm_head(x, norm_w, w, eps, w_scale=None):
+def rmsnorm_lm_head(x, norm_w, w, eps, w_scale=None, fmt=FLOAT):
     """Final norm and LM head: logits (S, V) in fp32. w (V, C): 262 MB at 7B."""
-    return (rmsnorm(x, norm_w, eps) @ dequantize(w, w_scale, x.dtype).T).float()
+    return (rmsnorm(x, norm_w, eps) @ dequantize(w, w_scale, x.dtype, fmt).T).float()

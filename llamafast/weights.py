@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from llamafast.config import ModelConfig
+from llamafast.config import ModelConfig, WeightFormat
 from llamafast.formats import Checkpoint, expected_shapes
 from llamafast.formats.common import Progress, nbytes
 from llamafast.errors import LlamafastError
@@ -20,6 +20,14 @@ _CONFIG_FILE = {"meta": "params.json", "hf": "config.json", "llama2c": "the .bin
 def weight_format(ckpt: Checkpoint) -> str:
     """"native" (float weights), or "fp8_e5m2" / "fp8_e4m3" as recorded in a llamafast checkpoint's metadata."""
     return ckpt.metadata.get("weights", "native") if ckpt.format == "llamafast" else "native"
+
+
+def checkpoint_formats(ckpt: Checkpoint) -> tuple[WeightFormat, WeightFormat]:
+    """(the layers' linear weights, the LM head) as the checkpoint's metadata records them: convert-fp8
+    --keep-lm-head keeps the head in its float dtype."""
+    name = weight_format(ckpt)
+    weights = WeightFormat.float if name == "native" else WeightFormat(name)
+    return weights, WeightFormat.float if ckpt.metadata.get("lm_head") == "kept" else weights
 
 
 def validate(ckpt: Checkpoint) -> None:

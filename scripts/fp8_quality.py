@@ -20,7 +20,7 @@ import torch
 from llamafast.config import Backend, DType, SamplingConfig
 from llamafast.generate import Engine, generate
 from llamafast.load import load_model, quantized, random_model
-from llamafast.model import build
+from llamafast.backends import build
 from llamafast.quant import FP8Format, is_quantized_linear
 
 TESTDATA = Path(os.environ.get("LLAMAFAST_TESTDATA", Path(__file__).resolve().parents[2] / "shared" / "testdata"))

@@ -8,6 +8,7 @@ comment that points at the committed output of this script.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import sys
@@ -17,7 +18,7 @@ import torch
 from llamafast.bench.decode import copy_bandwidth, environment
 from llamafast.bench.kernels import input_sets, time_in_graph
 from llamafast.config import model_config
-from llamafast.bench.registry import REGISTRY, decode_attention, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope
+from llamafast.bench.registry import REGISTRY, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope
 from llamafast.kernels import rmsnorm_swiglu
 from llamafast.kernels.decode_attention import AttentionConfig
 from llamafast.kernels.gemv import GemvConfig
@@ -48,21 +49,19 @@ def shape_key(name: str, args: tuple) -> tuple[int, int, int]:
 
 
 def sweep_gemv(name, config, dtype, copy_bw, fp8):
-    spec, module = REGISTRY[name], GEMV_MODULES[name]
+    spec = REGISTRY[name]
     nbytes = spec.bytes_moved(config, dtype, 1, fp8)
     sets = input_sets(lambda: spec.make_inputs(config, dtype, torch.device("cuda"), 1, fp8), nbytes)
     key = shape_key(name, sets[0][0])
     rows = []
     for cfg in gemv_candidates(pair=name == "rmsnorm_swiglu", fp8=fp8 is not None):
-        module.CONFIGS[key] = cfg
         try:
-            us = time_in_graph(spec.kernel, sets, replays=10)
+            us = time_in_graph(functools.partial(spec.kernel, configs={key: cfg}), sets, replays=10)
         except Exception as e:  # a config the compiler rejects (too many registers, ...)
             print(f"  {name} {cfg}: {type(e).__name__}", file=sys.stderr)
             continue
         rows.append({"kernel": name, "shape": list(key), "config": cfg.__dict__, "us": us,
                      "gb_s": nbytes / us / 1e3, "fraction": nbytes / us / 1e3 / copy_bw})
-    module.CONFIGS.pop(key, None)
     del sets
     torch.cuda.empty_cache()
     return rows
@@ -70,17 +69,15 @@ def sweep_gemv(name, config, dtype, copy_bw, fp8):
 
 def sweep_attention(config, dtype, context, copy_bw):
     spec = REGISTRY["decode_attention"]
-    module = sys.modules[decode_attention.__module__]
     nbytes = spec.bytes_moved(config, dtype, context)
     sets = input_sets(lambda: spec.make_inputs(config, dtype, torch.device("cuda"), context), nbytes)
     key = (config.n_kv_heads, config.n_heads // config.n_kv_heads)
     rows = []
     for splits, bs, w in itertools.product([4, 8, 16, 32], [32, 64, 128], [2, 4, 8]):
-        module.CONFIGS[key] = AttentionConfig(splits, bs, w)
-        us = time_in_graph(spec.kernel, sets, replays=10)
-        rows.append({"kernel": "decode_attention", "context": context, "config": module.CONFIGS[key].__dict__,
+        cfg = AttentionConfig(splits, bs, w)
+        us = time_in_graph(functools.partial(spec.kernel, configs={key: cfg}), sets, replays=10)
+        rows.append({"kernel": "decode_attention", "context": context, "config": cfg.__dict__,
                      "us": us, "gb_s": nbytes / us / 1e3, "fraction": nbytes / us / 1e3 / copy_bw})
-    module.CONFIGS.pop(key, None)
     return rows
 
 

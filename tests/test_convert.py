@@ -124,7 +124,7 @@ def test_fp8_kernels_in_the_model_match_the_reference(golden, fmt):
     if torch.cuda.is_available():
         pytest.skip("covered on the GPU by the kernel tests and bench")
     lm = load_model(None, device=torch.device("cpu"), fp8=fmt, backend=Backend.reference)
-    from llamafast.load import with_backend
+    from llamafast.backends import with_backend
 
     case = golden["prompt_once_upon_a_time"]
     tokens = case["prompt_ids_with_bos"] + case["continuation_ids"][:4]

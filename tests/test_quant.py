@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from llamafast.config import WeightFormat
 from llamafast.quant import E4M3_MAX, E5M2_MAX, FP8Format, dequantize, quantize
+
+E5M2 = WeightFormat.fp8_e5m2
 
 
 def _e5m2_values() -> torch.Tensor:
@@ -37,13 +40,13 @@ def test_e5m2_rounds_to_nearest_even():
     x = torch.cat([torch.randn(4000) * 0.05, torch.tensor([1.125, 1.375, 3.5, -1.625, 2.0**-16 * 1.5, 5e-6])])
     q, scale, stats = quantize(x[None, :], FP8Format.e5m2)
     assert scale is None and stats.saturated == 0
-    torch.testing.assert_close(dequantize(q, None, torch.float64)[0], _round_e5m2(x), atol=0, rtol=0)
+    torch.testing.assert_close(dequantize(q, None, torch.float64, E5M2)[0], _round_e5m2(x), atol=0, rtol=0)
 
 
 def test_bf16_source_rounds_like_its_exact_value():
     w = (torch.randn(64, 64) * 0.02).bfloat16()
     q_bf16, _, _ = quantize(w, FP8Format.e5m2)
-    torch.testing.assert_close(dequantize(q_bf16, None, torch.float64).flatten(), _round_e5m2(w.double().flatten()),
+    torch.testing.assert_close(dequantize(q_bf16, None, torch.float64, E5M2).flatten(), _round_e5m2(w.double().flatten()),
                                atol=0, rtol=0)
 
 
@@ -51,7 +54,7 @@ def test_e5m2_saturates_and_counts():
     w = torch.tensor([[1.0, 6e4, -7e4, 1e9, 57344.0]])
     q, _, stats = quantize(w, FP8Format.e5m2)
     assert stats.saturated == 3
-    assert dequantize(q, None, torch.float32).tolist() == [[1.0, E5M2_MAX, -E5M2_MAX, E5M2_MAX, E5M2_MAX]]
+    assert dequantize(q, None, torch.float32, E5M2).tolist() == [[1.0, E5M2_MAX, -E5M2_MAX, E5M2_MAX, E5M2_MAX]]
 
 
 def test_e4m3_scales_each_row_to_its_maximum():
@@ -59,7 +62,7 @@ def test_e4m3_scales_each_row_to_its_maximum():
     w[3] = 0.0  # an all-zero row keeps a finite scale
     q, scale, stats = quantize(w, FP8Format.e4m3)
     assert scale.shape == (16,) and scale.dtype == torch.float32 and torch.isfinite(scale).all()
-    deq = dequantize(q, scale, torch.float32)
+    deq = dequantize(q, scale, torch.float32, WeightFormat.fp8_e4m3)
     torch.testing.assert_close(deq.abs().amax(dim=1)[w.abs().amax(dim=1) > 0], w.abs().amax(dim=1)[w.abs().amax(dim=1) > 0])
     assert (q.view(torch.float8_e4m3fn).float().abs().amax(dim=1)[w.abs().amax(dim=1) > 0] == E4M3_MAX).all()
     assert torch.equal(deq[3], w[3]) and stats.saturated == 0
@@ -75,6 +78,8 @@ def test_error_statistics_match_the_formats():
     assert e4.mean_rel_err < 0.6 * e5.mean_rel_err
 
 
-def test_dequantize_passes_floats_through():
+def test_dequantize_passes_floats_through_and_checks_the_format():
     w = torch.randn(4, 4)
-    assert dequantize(w, None, torch.bfloat16) is w
+    assert dequantize(w, None, torch.bfloat16, WeightFormat.float) is w
+    with pytest.raises(AssertionError, match="fp8_e5m2 weights stored as torch.float32"):
+        dequantize(w, None, torch.bfloat16, E5M2)

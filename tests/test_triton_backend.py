@@ -10,8 +10,8 @@ import torch
 
 from llamafast.config import Backend, DType, SamplingConfig
 from llamafast.generate import Engine, generate
-from llamafast.load import load_model, random_model, with_backend
-from llamafast.model import build
+from llamafast.backends import build, with_backend
+from llamafast.load import load_model, random_model
 
 from .conftest import GOLDEN_LOGITS_ATOL, STORIES, requires_cuda, requires_stories
 
@@ -26,7 +26,7 @@ def test_golden_prefix_through_interpreter(golden):
         pytest.skip("the GPU runs the full golden test below")
     lm = load_model(None, device=torch.device("cpu"), backend=Backend.triton)
     case = golden["prompt_once_upon_a_time"]
-    out = generate(Engine(lm.model, GREEDY, 32, "graph"), lm.tokenizer, case["prompt_ids_with_bos"], 16)
+    out = generate(Engine(lm.model, GREEDY, 32), lm.tokenizer, case["prompt_ids_with_bos"], 16)
     assert out.token_ids == case["continuation_ids"][:16]
 
 
@@ -36,9 +36,9 @@ def test_golden_prefix_through_interpreter(golden):
 def test_golden_on_cuda_graph(golden):
     lm = load_model(None, device=torch.device("cuda"), dtype=DType.float32, backend=Backend.triton)
     case = golden["prompt_once_upon_a_time"]
-    out = generate(Engine(lm.model, GREEDY, 69, "graph"), lm.tokenizer, case["prompt_ids_with_bos"], 64)
+    out = generate(Engine(lm.model, GREEDY, 69), lm.tokenizer, case["prompt_ids_with_bos"], 64)
     assert out.token_ids == case["continuation_ids"]
-    out = generate(Engine(lm.model, GREEDY, 201, "graph"), lm.tokenizer, [1], 200)
+    out = generate(Engine(lm.model, GREEDY, 201), lm.tokenizer, [1], 200)
     assert out.text == golden["bos_only"]["steps_200_text"]
 
 

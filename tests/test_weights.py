@@ -9,7 +9,7 @@ from safetensors import safe_open
 from llamafast.formats import open_checkpoint
 from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
-from llamafast.model import build
+from llamafast.backends import build
 from llamafast.formats.writer import save_checkpoint, state_specs
 from llamafast.weights import load_state
 

@@ -16,7 +16,8 @@ import torch
 
 from llamafast.config import Backend, SamplingConfig
 from llamafast.generate import Engine, stream_tokens
-from llamafast.load import DECODE_MODES, LoadedModel, with_backend
+from llamafast.backends import with_backend
+from llamafast.load import LoadedModel
 
 
 @dataclass
@@ -97,7 +98,7 @@ def now(device: torch.device) -> float:
 def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_tokens: int) -> BackendResult:
     device = lm.model.tok_embeddings.weight.device
     model = with_backend(lm.model, backend)
-    engine = Engine(model, SamplingConfig(temperature=0), len(prompt) + new_tokens, DECODE_MODES[backend])
+    engine = Engine(model, SamplingConfig(temperature=0), len(prompt) + new_tokens)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t0 = now(device)

@@ -20,7 +20,8 @@ import torch
 from llamafast.bench.decode import environment, now
 from llamafast.config import Backend, ModelConfig, SamplingConfig
 from llamafast.generate import PREFILL_CHUNK, Engine
-from llamafast.load import LoadedModel, with_backend
+from llamafast.backends import with_backend
+from llamafast.load import LoadedModel
 
 WARMUP_S = 0.5
 

@@ -18,7 +18,7 @@ from llamafast.model import rope_tables
 from llamafast.quant import FP8Format
 
 from llamafast.bench.registry import (
-    Inputs, cache, lm_head_inputs, norm_inputs, rand, residual_inputs, swiglu_inputs, weight,
+    Inputs, cache, fmt_of, lm_head_inputs, norm_inputs, rand, residual_inputs, swiglu_inputs, weight,
 )
 from llamafast.kernels import flash_attention, prefill_linear_residual, prefill_lm_head, prefill_qkv_rope, prefill_swiglu
 
@@ -44,7 +44,8 @@ def _qkv_inputs(c: ModelConfig, dtype, device, m, pos, fp8=None):
     w, s = weight(c.qkv_dim, c.dim, dtype, device, fp8)
     caches = [cache(c, dtype, device, smax) for _ in range(2)]
     position = torch.tensor(pos, device=device)
-    return (*norm_inputs(c, dtype, device, m), w, cos, sin, position, *caches, c.norm_eps), {"wqkv_scale": s}
+    return (*norm_inputs(c, dtype, device, m), w, cos, sin, position, *caches, c.norm_eps), {
+        "wqkv_scale": s, "fmt": fmt_of(fp8)}
 
 
 def _attention_inputs(c: ModelConfig, dtype, device, m, pos, fp8=None):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from llamafast import reference
-from llamafast.config import ModelConfig
+from llamafast.config import ModelConfig, WeightFormat
 from llamafast.model import rope_tables
 from llamafast.quant import FP8Format, quantize
 
@@ -48,6 +48,10 @@ def weight(n, k, dtype, device, fp8):
     return q, scale
 
 
+def fmt_of(fp8: FP8Format | None) -> WeightFormat:
+    return fp8.format if fp8 else WeightFormat.float
+
+
 def norm_inputs(c: ModelConfig, dtype, device, rows: int = 1):
     return rand(rows, c.dim, dtype=dtype, device=device), rand(c.dim, dtype=dtype, device=device, scale=0.2) + 1
 
@@ -61,7 +65,7 @@ def _qkv_inputs(c: ModelConfig, dtype, device, context, fp8=None):
     pos = torch.tensor(context - 1, device=device)
     w, s = weight(c.qkv_dim, c.dim, dtype, device, fp8)
     caches = cache(c, dtype, device, context), cache(c, dtype, device, context)
-    return (*norm_inputs(c, dtype, device), w, cos, sin, pos, *caches, c.norm_eps), {"wqkv_scale": s}
+    return (*norm_inputs(c, dtype, device), w, cos, sin, pos, *caches, c.norm_eps), {"wqkv_scale": s, "fmt": fmt_of(fp8)}
 
 
 def _attention_inputs(c: ModelConfig, dtype, device, context, fp8=None):
@@ -76,19 +80,19 @@ def residual_inputs(n_in: Callable[[ModelConfig], int]):
         k = n_in(c)
         x, res = rand(rows, k, dtype=dtype, device=device), rand(rows, c.dim, dtype=dtype, device=device)
         w, s = weight(c.dim, k, dtype, device, fp8)
-        return (x, w, res), {"w_scale": s}
+        return (x, w, res), {"w_scale": s, "fmt": fmt_of(fp8)}
 
     return make
 
 
 def swiglu_inputs(c: ModelConfig, dtype, device, context, fp8=None, rows: int = 1):
     (w1, s1), (w3, s3) = (weight(c.hidden_dim, c.dim, dtype, device, fp8) for _ in range(2))
-    return (*norm_inputs(c, dtype, device, rows), w1, w3, c.norm_eps), {"w1_scale": s1, "w3_scale": s3}
+    return (*norm_inputs(c, dtype, device, rows), w1, w3, c.norm_eps), {"w1_scale": s1, "w3_scale": s3, "fmt": fmt_of(fp8)}
 
 
 def lm_head_inputs(c: ModelConfig, dtype, device, context, fp8=None, rows: int = 1):
     w, s = weight(c.vocab_size, c.dim, dtype, device, fp8)
-    return (*norm_inputs(c, dtype, device, rows), w, c.norm_eps), {"w_scale": s}
+    return (*norm_inputs(c, dtype, device, rows), w, c.norm_eps), {"w_scale": s, "fmt": fmt_of(fp8)}
 
 
 def _gemv_bytes(n: Callable[[ModelConfig], int], k: Callable[[ModelConfig], int], out_bytes: int = 0):

@@ -17,7 +17,7 @@ from llamafast.config import Backend, SamplingConfig
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine
 from llamafast.generate import generate as generate_text
-from llamafast.load import DECODE_MODES, load_model, open_model
+from llamafast.load import load_model, open_model
 from llamafast.quant import FP8Format
 
 
@@ -70,7 +70,7 @@ def generate(
         with progress_bar() as update:
             lm = load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
                             fp8_format if fp8 else None)
-        engine = Engine(lm.model, sampling, len(ids) + max_new, DECODE_MODES[lm.backend], n_vocab=tok.vocab_size)
+        engine = Engine(lm.model, sampling, len(ids) + max_new, n_vocab=tok.vocab_size)
         if echo and not json_out:
             _write(text)
         done = generate_text(engine, tok, ids, max_new, stop or [], on_text=None if json_out else _write)

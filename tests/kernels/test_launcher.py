@@ -14,7 +14,7 @@ from llamafast import reference
 from .common import DEVICE, ODD, ON_GPU
 
 launcher = importlib.import_module("llamafast.kernels.launcher")
-tiles = importlib.import_module("llamafast.kernels.tiles")
+rows = importlib.import_module("llamafast.kernels.rmsnorm_rows")
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a GPU")
 
 
@@ -43,9 +43,9 @@ def _outputs(name: str, args: tuple, kw: dict) -> list[torch.Tensor]:
 def test_direct_launch_matches_triton_launch(name, monkeypatch):
     """Direct launches run the very kernel triton would: the outputs agree bit for bit, twice over."""
     args, kw = PREFILL[name].make_inputs(ODD, torch.bfloat16, DEVICE, 70, 19, None)
-    monkeypatch.setattr(launcher, "ENABLED", False)
+    monkeypatch.setattr(launcher, "_KNOBS", None)  # triton without knobs: every launch takes its own path
     want = [t.clone() for t in _outputs(name, args, kw)]
-    monkeypatch.setattr(launcher, "ENABLED", True)
+    monkeypatch.undo()
     for _ in range(3):  # the first call may fill the launcher's cache through triton's path; the rest go direct
         got = _outputs(name, args, kw)
         for g, w in zip(got, want):
@@ -61,9 +61,9 @@ def test_misaligned_rows_get_their_own_kernel():
     g = torch.randn(k, device=DEVICE, dtype=torch.bfloat16)
     aligned, shifted = buf[: m * k].view(m, k), buf[1 : 1 + m * k].view(m, k)
     for x in (aligned, aligned, shifted, shifted, aligned):
-        torch.testing.assert_close(tiles.rmsnorm_rows(x, g, 1e-5), reference.rmsnorm(x, g, 1e-5), atol=1.6e-2,
+        torch.testing.assert_close(rows.rmsnorm_rows(x, g, 1e-5), reference.rmsnorm(x, g, 1e-5), atol=1.6e-2,
                                    rtol=1.6e-2)
-    firsts = {key[1][0] for key in tiles._RMSNORM_ROWS.compiled}
+    firsts = {key[1][0] for key in rows._RMSNORM_ROWS.compiled}
     assert (torch.bfloat16, True) in firsts and (torch.bfloat16, False) in firsts
 
 

@@ -1,0 +1,67 @@
+"""What every kernel file shares: the interpreter flag, host-side launch arithmetic, input checks, and the one
+place FP8 weights are decoded (the W_FP8 constexpr: 0 float, 1 E5M2, 2 E4M3, from llamafast.config.WeightFormat).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from llamafast.config import WeightFormat
+
+# True where kernels run on CPU tensors through Triton's interpreter (the tests without a GPU).
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+# Host-side launch arithmetic in plain Python. In triton 3.6, triton.next_power_of_2 and triton.cdiv are
+# constexpr functions whose host calls pass through a wrapper that unwraps every argument; a 7B prefill called
+# them ~450 times per forward pass, 5 of the 33 ms cProfile counted for queueing one
+# (scripts/experiments/prefill_host.txt).
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def dot_dim(n: int) -> int:
+    """A block side for tl.dot: the next power of two, at least 16 (tl.dot needs 16 along every side)."""
+    return max(16, next_pow2(n))
+
+
+def check_vector(name: str, t: torch.Tensor, n: int) -> None:
+    assert t.is_contiguous() and t.numel() == n, f"{name}: expected {n} contiguous elements, got {tuple(t.shape)}"
+
+
+def check_rows(name: str, t: torch.Tensor, k: int) -> None:
+    """A matrix of rows of length k (weights (N, K), prompt activations (M, K)), each row contiguous."""
+    assert t.dim() == 2 and t.shape[1] == k, f"{name}: expected (rows, {k}), got {tuple(t.shape)}"
+    assert t.stride(1) == 1, f"{name}: rows must be contiguous along K"
+
+
+def w_fp8(fmt: WeightFormat, w: torch.Tensor, scale: torch.Tensor | None) -> int:
+    """W_FP8 for a weight in format fmt, after checking that the tensors are what fmt says they are."""
+    if fmt == WeightFormat.float:
+        assert w.dtype != torch.int8 and scale is None, f"float weights: got {w.dtype}, scale {scale is not None}"
+    else:
+        assert w.dtype == torch.int8, f"{fmt.value} weights are int8 bit patterns, got {w.dtype}"
+        e4m3 = fmt == WeightFormat.fp8_e4m3
+        assert (scale is not None) == e4m3, f"{fmt.value} weights {'need' if e4m3 else 'have no'} row scales"
+        if e4m3:
+            assert scale.dtype == torch.float32 and scale.shape == (w.shape[0],), "E4M3 scales: (N,) fp32"
+    return fmt.code
+
+
+@triton.jit
+def decode_weights(w, W_FP8: tl.constexpr):
+    """A loaded weight tile as stored: float as is; int8 bit patterns bitcast to E5M2 or E4M3 (no conversion:
+    the caller upcasts to what its arithmetic needs)."""
+    if W_FP8 == 1:
+        w = w.to(tl.float8e5, bitcast=True)
+    elif W_FP8 == 2:
+        w = w.to(tl.float8e4nv, bitcast=True)
+    return w

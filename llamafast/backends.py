@@ -1,0 +1,79 @@
+"""The backends, chosen once when a model is built: each one's decode ops, prefill ops, and how Engine runs a
+decode step. The ops bundles are cut at the same fusion boundaries (reference.py has the signatures), so
+model.py is written once; the Triton kernels are imported only when their backend is chosen.
+
+    reference  plain PyTorch, eager (the oracle; the default on the CPU)
+    compile    the reference ops under torch.compile(mode="reduce-overhead"): CUDA graphs, gpt-fast's technique
+    triton     fused Triton kernels, the whole decode step replayed from one CUDA graph
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from llamafast import reference
+from llamafast.config import Backend, ModelConfig, WeightFormat
+from llamafast.errors import LlamafastError
+from llamafast.model import Transformer, assemble
+
+
+@dataclass(frozen=True)
+class Ops:
+    """The fusion boundaries of one transformer block."""
+
+    rmsnorm_qkv_rope: Callable
+    attention: Callable
+    linear_residual: Callable
+    rmsnorm_swiglu: Callable
+    rmsnorm_lm_head: Callable
+
+
+@dataclass(frozen=True)
+class BackendOps:
+    name: Backend
+    decode: Ops  # one token (S = 1)
+    prefill: Ops  # a prompt chunk (S > 1)
+    step: str  # how Engine runs a decode step: "eager", "compile" (torch.compile) or "graph" (one CUDA graph)
+
+
+REFERENCE_OPS = Ops(reference.rmsnorm_qkv_rope, reference.attention, reference.linear_residual,
+                    reference.rmsnorm_swiglu, reference.rmsnorm_lm_head)
+
+
+def backend_ops(backend: Backend) -> BackendOps:
+    if backend == Backend.reference:
+        return BackendOps(backend, REFERENCE_OPS, REFERENCE_OPS, "eager")
+    if backend == Backend.compile:
+        return BackendOps(backend, REFERENCE_OPS, REFERENCE_OPS, "compile")
+    from llamafast import kernels  # imports Triton only when its backend is chosen
+
+    decode = Ops(kernels.rmsnorm_qkv_rope, kernels.decode_attention, kernels.linear_residual, kernels.rmsnorm_swiglu,
+                 kernels.rmsnorm_lm_head)
+    prefill = Ops(kernels.prefill_qkv_rope, kernels.flash_attention, kernels.prefill_linear_residual,
+                  kernels.prefill_swiglu, kernels.prefill_lm_head)
+    return BackendOps(backend, decode, prefill, "graph")
+
+
+def build(
+    config: ModelConfig,
+    state: dict[str, torch.Tensor],
+    backend: Backend = Backend.reference,
+    weights: WeightFormat = WeightFormat.float,
+    head: WeightFormat | None = None,
+) -> Transformer:
+    """A model on state's tensors for `backend`; weights is the layers' linear weight format, head the LM head's
+    (default: the same)."""
+    device = state["tok_embeddings.weight"].device
+    e4m3 = WeightFormat.fp8_e4m3 in (weights, head)
+    if backend == Backend.triton and e4m3 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        name = torch.cuda.get_device_name(device)
+        raise LlamafastError(f"E4M3 weights need compute capability 8.9 or newer (Ada, Hopper); {name} lacks it")
+    return assemble(config, state, backend_ops(backend), weights, head or weights)
+
+
+def with_backend(model: Transformer, backend: Backend) -> Transformer:
+    """The same weights (shared, not copied) in a model built for another backend; bench compares them."""
+    return build(model.config, model.state_dict(), backend, *model.weight_formats)
