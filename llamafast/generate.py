@@ -20,14 +20,10 @@ from llamafast.sampling import sample
 from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 
 
-# Prompt tokens per forward pass. H100, 7B bf16, time to first token of a 4,000-token prompt (triton backend,
-# median of 7) in chunks of 1024 / 2048 / 4096 (one pass), seven runs of scripts/tune_prefill.py (scripts/results):
-# 120.3 / 111.6 / 110.4 ms (tune_prefill_earlier.txt), 120.3 / 112.3 / 112.4 (tune_prefill_run2.txt),
-# 122.5 / 113.3 / 111.6 (tune_prefill_pointer.txt), with TMA loads 108.7 / 102.3 / 101.2 (tune_prefill_tma.txt),
-# 109.4 / 101.8 / 99.8 (tune_prefill_24c9f7e.txt), 111.4 / 101.2 / 102.5 (tune_prefill_wide.txt) and
-# 109.7 / 102.7 / 101.5 (tune_prefill.txt); back to back, 2048 114.6-115.5 ms against 4096 113.6 ms (median of
-# 10, prefill_chunk_ab.txt). 2048 is the knee: within 2% of one pass either way with half the activations per
-# pass; 1024 is 6-10% slower.
+# Prompt tokens per forward pass. H100, 7B bf16, time to first token of a 4,000-token prompt on the triton
+# backend (median of 7) in chunks of 1024 / 2048 / 4096 (one pass): 109.7 / 102.7 / 101.5 ms
+# (scripts/results/tune_prefill.txt, the run of record): 2048 is within 2% of one pass with half the activations
+# per pass; 1024 is 7% slower.
 PREFILL_CHUNK = 2048
 
 

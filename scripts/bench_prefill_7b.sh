@@ -15,5 +15,5 @@ chunk_opt=()
 if [[ -n "${2:-}" ]]; then chunk_opt=(--chunk "$2"); fi
 python -m llamafast bench --random-weights --shape llama-2-7b --prefill "${chunk_opt[@]}" \
   --out "$out/bench_prefill_7b.json" | tee "$out/bench_prefill_7b.txt"
-PYTHONPATH=. python scripts/bench_prefill_kernels.py --out "$out/prefill_kernels_7b.json" \
+python -m llamafast bench --kernels --prefill --shape llama-2-7b --out "$out/prefill_kernels_7b.json" \
   | tee "$out/prefill_kernels_7b.txt"

@@ -14,6 +14,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from llamafast.bench.common import random_prompt
 from llamafast.bench.prefill import time_prefill
 from llamafast.config import Backend, DType, SamplingConfig
 from llamafast.generate import Engine
@@ -29,7 +30,7 @@ def main() -> None:
     lm = random_model("llama-2-7b", torch.device("cuda"), DType.bfloat16, Backend(a.backend))
     for n in (int(x) for x in a.lengths.split(",")):
         engine = Engine(lm.model, SamplingConfig(temperature=0), n + 1)
-        ids = [1] + torch.randint(3, 32000, (n - 1,), generator=torch.Generator().manual_seed(0)).tolist()
+        ids = random_prompt(n, 32000, torch.Generator().manual_seed(0))
         time_prefill(engine, ids, 2)  # warm-up
         if a.host:
             host_profile(engine, ids)

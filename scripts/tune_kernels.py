@@ -15,8 +15,7 @@ import sys
 
 import torch
 
-from llamafast.bench.decode import copy_bandwidth, environment
-from llamafast.bench.kernels import input_sets, time_in_graph
+from llamafast.bench.common import copy_bandwidth, environment, input_sets, time_in_graph
 from llamafast.config import model_config
 from llamafast.bench.registry import REGISTRY, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope
 from llamafast.kernels import rmsnorm_swiglu

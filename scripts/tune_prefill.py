@@ -18,7 +18,8 @@ from dataclasses import asdict
 import torch
 import triton
 
-from llamafast.bench.kernels import time_in_graph
+from llamafast.bench.common import random_prompt
+from llamafast.bench.common import time_in_graph
 from llamafast.bench.prefill import time_prefill
 from llamafast.config import Backend, DType, SamplingConfig, model_config
 from llamafast.generate import Engine
@@ -85,7 +86,7 @@ def main() -> None:
         print(f"flash_attention M=4096 {cfg}: {us:8.1f} us {tflops:6.1f} TFLOP/s")
     # The winners go into the kernels' CONFIGS tables by hand; the chunk sweep below runs the shipped tables.
     lm = random_model("llama-2-7b", torch.device("cuda"), DType.bfloat16, Backend.triton)
-    ids = [1] + torch.randint(3, 32000, (3999,), generator=torch.Generator().manual_seed(0)).tolist()
+    ids = random_prompt(4000, 32000, torch.Generator().manual_seed(0))
     for chunk in CHUNKS:
         engine = Engine(lm.model, SamplingConfig(temperature=0), 4001, prefill_chunk=chunk)
         torch.cuda.reset_peak_memory_stats()

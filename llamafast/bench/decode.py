@@ -8,12 +8,12 @@ the KV cache up to the current position) over the measured time per token, the w
 
 from __future__ import annotations
 
-import platform
 import time
 from dataclasses import asdict, dataclass, field
 
 import torch
 
+from llamafast.bench.common import copy_bandwidth, environment, now, random_prompt
 from llamafast.config import Backend, SamplingConfig
 from llamafast.generate import Engine, stream_tokens
 from llamafast.backends import with_backend
@@ -53,48 +53,6 @@ class BenchReport:
         return asdict(self)
 
 
-def environment(device: torch.device) -> dict:
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
-    return {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__,
-        "triton": triton_version,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-    }
-
-
-def copy_bandwidth(device: torch.device, nbytes: int = 1 << 30, reps: int = 30) -> float:
-    """GB/s of a device-to-device copy (bytes read + written): median of `reps` copies after at least
-    0.2 s of warm-up copies, so that the clocks have ramped up (a 3-copy warm-up gave 2818-2959 GB/s)."""
-    if device.type != "cuda":
-        nbytes = min(nbytes, 1 << 27)  # the CPU: 128 MiB, still well beyond its caches
-    src = torch.randn(nbytes // 4, device=device)
-    dst = torch.empty_like(src)
-    t_end = now(device) + 0.2
-    while now(device) < t_end:
-        dst.copy_(src)
-    times = []
-    for _ in range(reps):
-        t0 = now(device)
-        dst.copy_(src)
-        times.append(now(device) - t0)
-    times.sort()
-    return 2 * nbytes / times[len(times) // 2] / 1e9
-
-
-def now(device: torch.device) -> float:
-    """perf_counter once the device's queued work is done."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
 def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_tokens: int) -> BackendResult:
     device = lm.model.tok_embeddings.weight.device
     model = with_backend(lm.model, backend)
@@ -125,9 +83,7 @@ def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: in
     lm = models[0]
     device = lm.model.tok_embeddings.weight.device
     params = sum(p.numel() for p in {p.data_ptr(): p for p in lm.model.parameters()}.values())
-    gen = torch.Generator().manual_seed(0)
-    vocab = lm.model.config.vocab_size
-    prompt = [1] + torch.randint(3, vocab, (prompt_len - 1,), generator=gen).tolist()  # BOS + random ids
+    prompt = random_prompt(prompt_len, lm.model.config.vocab_size, torch.Generator().manual_seed(0))
     report = BenchReport(
         lm.source, lm.format, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), params,
         prompt_len, new_tokens, lm.load_s, copy_bandwidth(device), environment(device),

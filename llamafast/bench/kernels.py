@@ -1,67 +1,52 @@
-"""`llamafast bench --kernels`: each decode kernel beside its torch reference at a model shape.
+"""`llamafast bench --kernels`: each kernel beside its torch reference at a model shape; the decode kernels
+(registry.REGISTRY) by default, the prompt kernels (prefill_registry.PREFILL) at M tokens with --prefill,
+plus FlashAttention against torch SDPA's flash backend.
 
-Both are timed the same way: back-to-back calls replayed from one CUDA graph, as in a real decode step,
-over enough distinct input sets (weights included) that they cannot be served from the 50 MB L2 cache;
-GB/s counts the fewest bytes each call must move (KernelSpec.bytes_moved).
+Both sides are timed the same way: back-to-back calls replayed from one CUDA graph, as in a real decode step,
+over enough distinct input sets (weights included) that they cannot be served from the 50 MB L2 cache (two
+for the prompt kernels, whose weight tiles are re-read within a call anyway). Decode kernels report GB/s of
+the fewest bytes each call must move; prompt kernels TFLOP/s of the matmul and causal-attention FLOPs.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 
+from llamafast.bench.common import input_sets, time_in_graph
 from llamafast.config import ModelConfig
 from llamafast.quant import FP8Format
-
-L2_FLUSH_BYTES = 256 << 20  # input sets per timing cover at least this much: 5x the H100's L2
 
 
 @dataclass
 class KernelResult:
     name: str
+    tokens: int  # 1 for a decode kernel, M for a prompt kernel
     us: float
-    gb_s: float
-    fraction_of_copy_bw: float
     reference_us: float
-    speedup: float
-    bytes: int
+    bytes: int  # the fewest bytes one call moves (decode kernels), else 0
+    flops: float  # one call's floating-point operations (prompt kernels), else 0
+    copy_bw_gb_s: float
+
+    @property
+    def gb_s(self) -> float:
+        return self.bytes / self.us / 1e3
+
+    @property
+    def tflop_s(self) -> float:
+        return self.flops / self.us / 1e6
 
     def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def time_in_graph(fn: Callable, input_sets: list[tuple[tuple, dict]], replays: int = 20) -> float:
-    """Median microseconds per call of fn over (args, kwargs) sets, called back to back inside one CUDA graph."""
-    for args, kwargs in input_sets:  # compile and warm up outside the capture
-        fn(*args, **kwargs)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for args, kwargs in input_sets:
-            fn(*args, **kwargs)
-    graph.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(input_sets))
-    times.sort()
-    return times[len(times) // 2]
-
-
-def input_sets(make: Callable[[], tuple[tuple, dict]], nbytes: int) -> list[tuple[tuple, dict]]:
-    return [make() for _ in range(max(1, math.ceil(L2_FLUSH_BYTES / nbytes)))]
+        speed = {"gb_s": self.gb_s, "fraction_of_copy_bw": self.gb_s / self.copy_bw_gb_s} if self.bytes else {
+            "tflop_s": self.tflop_s, "reference_tflop_s": self.flops / self.reference_us / 1e6}
+        return {**asdict(self), **speed, "speedup": self.reference_us / self.us}
 
 
 def bench_kernels(
     config: ModelConfig, dtype: torch.dtype, context: int, copy_bw_gb_s: float, fp8: FP8Format | None = None
 ) -> list[KernelResult]:
+    """Each decode kernel at the last of `context` positions."""
     from llamafast.bench.registry import REGISTRY
 
     device = torch.device("cuda")
@@ -69,40 +54,25 @@ def bench_kernels(
     for name, spec in REGISTRY.items():
         nbytes = spec.bytes_moved(config, dtype, context, fp8)
         sets = input_sets(lambda: spec.make_inputs(config, dtype, device, context, fp8), nbytes)
-        us = time_in_graph(spec.kernel, sets)
-        ref_us = time_in_graph(spec.reference, sets)
-        gb_s = nbytes / us / 1e3
-        results.append(KernelResult(name, us, gb_s, gb_s / copy_bw_gb_s, ref_us, ref_us / us, nbytes))
+        us, ref_us = time_in_graph(spec.kernel, sets), time_in_graph(spec.reference, sets)
+        results.append(KernelResult(name, 1, us, ref_us, nbytes, 0.0, copy_bw_gb_s))
         del sets
         torch.cuda.empty_cache()
     return results
 
 
-@dataclass
-class PrefillKernelResult:
-    name: str
-    m: int
-    us: float
-    tflop_s: float
-    reference_us: float
-    reference_tflop_s: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def bench_prefill_kernels(config: ModelConfig, dtype: torch.dtype, m: int, pos: int = 0) -> list[PrefillKernelResult]:
-    """Each prefill kernel (kernels.PREFILL) beside its torch reference for M tokens at position pos; two input
-    sets per timing, so a weight tile is not served from L2 by the previous call."""
+def bench_prefill_kernels(
+    config: ModelConfig, dtype: torch.dtype, m: int, copy_bw_gb_s: float, fp8: FP8Format | None = None
+) -> list[KernelResult]:
+    """Each prompt kernel for M tokens at position 0, two input sets per timing."""
     from llamafast.bench.prefill_registry import PREFILL
 
     device = torch.device("cuda")
     results = []
     for name, spec in PREFILL.items():
-        sets = [spec.make_inputs(config, dtype, device, m, pos, None) for _ in range(2)]
+        sets = [spec.make_inputs(config, dtype, device, m, 0, fp8) for _ in range(2)]
         us, ref_us = time_in_graph(spec.kernel, sets), time_in_graph(spec.reference, sets)
-        flops = spec.flops(config, m, pos)
-        results.append(PrefillKernelResult(name, m, us, flops / us / 1e6, ref_us, flops / ref_us / 1e6))
+        results.append(KernelResult(name, m, us, ref_us, 0, spec.flops(config, m, 0), copy_bw_gb_s))
         del sets
         torch.cuda.empty_cache()
     return results

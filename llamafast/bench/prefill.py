@@ -12,12 +12,11 @@ attention FLOPs a prefill must do (LM head for the last position only).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from llamafast.bench.decode import environment, now
+from llamafast.bench.common import environment, now, random_prompt
 from llamafast.config import Backend, ModelConfig, SamplingConfig
 from llamafast.generate import PREFILL_CHUNK, Engine
 from llamafast.backends import with_backend
@@ -63,23 +62,6 @@ def prefill_flops(c: ModelConfig, n: int) -> float:
     return c.n_layers * (2.0 * n * per_layer + attention_flops(c, n, 0)) + 2.0 * c.vocab_size * c.dim
 
 
-def random_prompts(lengths: list[int], vocab_size: int, seed: int = 0) -> dict[int, list[int]]:
-    """One prompt per length: BOS, then ids drawn uniformly past the control pieces (A/B scripts' prompts)."""
-    gen = torch.Generator().manual_seed(seed)
-    return {n: [1] + torch.randint(3, vocab_size, (n - 1,), generator=gen).tolist() for n in lengths}
-
-
-def host_time(fn: Callable[[], object]) -> float:
-    """Seconds the host spends in fn(), starting with an idle GPU; fn's GPU work is waited for afterwards, so
-    the next call starts idle too (A/B scripts: the host's time to queue a prefill)."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    t = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return t
-
-
 def time_prefill(engine: Engine, ids: list[int], reps: int) -> list[float]:
     """Seconds from prompt ids on the host to the first new token id on the host, `reps` times."""
     times, device = [], engine.token.device
@@ -104,7 +86,7 @@ def run_prefill_bench(
         model = with_backend(lm.model, backend)
         engine = Engine(model, SamplingConfig(temperature=0), max(lengths) + 1, prefill_chunk=chunk)
         for n in lengths:
-            ids = [1] + torch.randint(3, config.vocab_size, (n - 1,), generator=gen).tolist()
+            ids = random_prompt(n, config.vocab_size, gen)
             warm_until = now(device) + WARMUP_S
             while now(device) < warm_until:
                 time_prefill(engine, ids, 1)

@@ -6,14 +6,12 @@ import json
 from pathlib import Path
 from typing import Annotated, Optional
 
-import torch
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from llamafast.bench.decode import BenchReport, copy_bandwidth, environment, run_bench
-from llamafast.bench.kernels import bench_kernels
+from llamafast.bench.decode import BenchReport, run_bench
 from llamafast.bench.prefill import run_prefill_bench
+from llamafast.cli.bench_kernels import bench_kernels_command
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context, clean_errors,
     device_or_default, path_or, pick, preset, progress_bar, stdout_console,
@@ -39,9 +37,9 @@ def bench(
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file.")] = None,
-    kernels: Annotated[bool, typer.Option("--kernels", help="Time each decode kernel against its reference at --shape instead.")] = False,
+    kernels: Annotated[bool, typer.Option("--kernels", help="Time each decode kernel against its reference at --shape instead (with --prefill: each prompt kernel at --prompt-lens).")] = False,
     prefill: Annotated[bool, typer.Option("--prefill", help="Time to first token and prefill tokens/s at --prompt-lens instead.")] = False,
-    prompt_lens: Annotated[str, typer.Option(help="With --prefill: comma-separated prompt lengths.")] = "128,512,2048,4000",
+    prompt_lens: Annotated[str, typer.Option(help="With --prefill: comma-separated prompt lengths [default: 128,512,2048,4000; 512,4000 with --kernels].")] = None,
     reps: Annotated[int, typer.Option(help="With --prefill: timed runs per length (the median is reported).")] = 10,
     chunk: Annotated[int, typer.Option(help="With --prefill: prompt tokens per forward pass.")] = PREFILL_CHUNK,
     context: Annotated[int, typer.Option(help="With --kernels: tokens of context for attention.")] = 4096,
@@ -56,8 +54,9 @@ def bench(
         dev = device_or_default(pick(device, run.device))
         fmt = fp8_format if fp8 else None
         if kernels:
-            return _bench_kernels(pick(shape, run.shape) or "llama-2-7b", dev, pick(dtype, DType.bfloat16), context,
-                                  fmt, json_out, out)
+            lengths = _lengths(prompt_lens, model_config(pick(shape, run.shape) or "llama-2-7b").max_seq_len, True)
+            return bench_kernels_command(pick(shape, run.shape) or "llama-2-7b", dev, pick(dtype, DType.bfloat16),
+                                         context, fmt, lengths if prefill else None, json_out, out)
         source = _source(run, model, tokenizer, random_weights, shape)  # checked before any weights load
         max_seq_len = model_config(source).max_seq_len if isinstance(source, str) else source.config.max_seq_len
         if prefill:
@@ -85,7 +84,8 @@ BENCH_KEYS = {"model", "tokenizer", "shape", "random_weights", "device", "dtype"
               "prompt_len"}
 
 
-def _lengths(text: str, context: int) -> list[int]:
+def _lengths(text: str | None, context: int, kernels: bool = False) -> list[int]:
+    text = text or ("512,4000" if kernels else "128,512,2048,4000")
     try:
         lengths = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -137,36 +137,6 @@ def _bench_model(run, source: str | OpenedModel, dev, dtype):
         return random_model(source, dev, pick(dtype, DType.bfloat16 if dev.type == "cuda" else DType.float32))
     with progress_bar() as update:
         return load_model(source, None, dev, pick(dtype, run.dtype), None, update)
-
-
-def _bench_kernels(shape, dev, dtype: DType, context: int, fp8, json_out: bool, out: Path | None) -> None:
-    if dev.type != "cuda":
-        raise LlamafastError("--kernels times Triton kernels in CUDA graphs and needs a CUDA GPU")
-    if dtype not in (DType.bfloat16, DType.float16):
-        raise LlamafastError("--kernels: --dtype bfloat16 or float16")
-    torch_dtype = torch.bfloat16 if dtype == DType.bfloat16 else torch.float16
-    copy_bw = copy_bandwidth(dev)
-    rows = bench_kernels(model_config(shape), torch_dtype, context, copy_bw, fp8)
-    weights = fp8.weights if fp8 else dtype.value
-    report = {"shape": shape, "dtype": dtype.value, "weights": weights, "context": context, "copy_bw_gb_s": copy_bw,
-              "environment": environment(dev), "kernels": [r.to_dict() for r in rows]}
-    if out is not None:
-        out.write_text(json.dumps(report, indent=1) + "\n")
-    if json_out:
-        print(json.dumps(report))
-        return
-    env = report["environment"]
-    console = stdout_console()
-    console.print(f"{shape} {dtype.value} activations, {weights} weights, context {context}, on "
-                  f"{env['device']}; torch {env['torch']}, triton {env['triton']}; copy bandwidth {copy_bw:.0f} GB/s")
-    table = Table("kernel", "MB", "µs", "GB/s", "% copy BW", "reference µs", "speedup")
-    for r in rows:
-        table.add_row(escape(r.name), f"{r.bytes / 1e6:.1f}", f"{r.us:.1f}", f"{r.gb_s:.0f}",
-                      f"{100 * r.fraction_of_copy_bw:.1f}", f"{r.reference_us:.1f}", f"{r.speedup:.2f}x")
-    total, nbytes = sum(r.us for r in rows), sum(r.bytes for r in rows)
-    table.add_row("total (one of each)", f"{nbytes / 1e6:.1f}", f"{total:.1f}", f"{nbytes / total / 1e3:.0f}", "",
-                  f"{sum(r.reference_us for r in rows):.1f}", "")
-    console.print(table)
 
 
 def _print_report(r: BenchReport) -> None:
