@@ -92,7 +92,7 @@ class Transformer(nn.Module):
         One buffer per layer and kind, written in place. With one shared cache tensor, torch.compile's
         decode step ran at 103 tok/s (7B, 272-position cache) and 7.8 tok/s (3,756 positions); with these
         buffers at 182.7 and 150.9 tok/s (H100): the index_copy_ into a view was evidently turned into
-        copies of the whole cache (scripts/results/before_cache_fix/ and bench_7b*.txt).
+        copies of the whole cache (scripts/experiments/before_cache_fix/ and bench_7b*.txt).
         """
         c, w = self.config, self.tok_embeddings.weight
         self.cache_len = max_seq_len

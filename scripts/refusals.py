@@ -1,6 +1,6 @@
-"""README's "What llamafast refuses" table, made from the bad-input test cases (tests/bad_inputs.py), so the
+"""README's "What llamafast refuses" table, made from the bad-input test cases (tests/cli/bad_inputs.py), so the
 table lists exactly what the tests check. `python scripts/refusals.py` prints it; `--write` puts it into
-README.md between its markers (tests/test_bad_input.py fails while the README's copy is stale).
+README.md between its markers (tests/cli/test_bad_input.py fails while the README's copy is stale).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ START, END = "<!-- refusals: made by scripts/refusals.py -->", "<!-- /refusals -
 
 def table() -> str:
     sys.path.insert(0, str(ROOT))
-    from tests.bad_inputs import CASES_BY_GROUP
+    from tests.cli.bad_inputs import CASES_BY_GROUP
 
     rows = ["| input | refused, each with a one-line error and exit code 1 |", "| --- | --- |"]
     for group, cases in CASES_BY_GROUP.items():

@@ -1,4 +1,5 @@
-"""stories260K golden outputs (../shared/testdata/stories260K/golden.json) from every format it ships in."""
+"""stories260K golden outputs (tests/data/golden_stories260K.json) from every format it ships in: the bundled
+model always; the llama2.c, Meta and Hugging Face copies and the golden logits from ../shared/testdata."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ SOURCES = {
 }
 
 
+def _sources(*names: str) -> list:
+    """The bundled model ships with the package; the other copies need ../shared/testdata."""
+    return [pytest.param(n, marks=() if n == "bundled" else requires_stories) for n in names]
+
+
 def _load(source: str, device: str = "cpu", dtype: DType = DType.float32):
     kwargs = {"tokenizer": STORIES / "tok512.model"} if source == "llama2c" else {}
     return load_model(SOURCES[source], device=torch.device(device), dtype=dtype, **kwargs)
@@ -30,8 +36,7 @@ def _run(lm, ids: list[int], n: int):
     return generate(Engine(lm.model, GREEDY, len(ids) + n), lm.tokenizer, ids, n)
 
 
-@requires_stories
-@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("source", _sources(*SOURCES))
 def test_prompt_64_tokens(golden, source):
     case = golden["prompt_once_upon_a_time"]
     lm = _load(source)
@@ -42,8 +47,7 @@ def test_prompt_64_tokens(golden, source):
     assert out.text == case["continuation_text"]
 
 
-@requires_stories
-@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("source", _sources(*SOURCES))
 def test_bos_only_200_tokens(golden, source):
     out = _run(_load(source), [1], 200)
     assert out.token_ids == golden["bos_only"]["steps_200_ids"]
@@ -67,8 +71,7 @@ def test_logits_prefill_and_decode(golden, source):
 
 @pytest.mark.gpu
 @requires_cuda
-@requires_stories
-@pytest.mark.parametrize("source", ["bundled", "hf"])
+@pytest.mark.parametrize("source", _sources("bundled", "hf"))
 def test_golden_on_cuda(golden, source):
     lm = _load(source, "cuda")
     case = golden["prompt_once_upon_a_time"]

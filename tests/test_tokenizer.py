@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from llamafast.load import bundled_model
 from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 
-from .conftest import LLAMA2C, STORIES, requires_llama2c, requires_stories
+from .conftest import LLAMA2C, requires_llama2c
 
 # ../shared/testdata/llama2c/SOURCE.md: llama2.c test.c test_prompt_encodings, [BOS] + sp.encode(text).
 LLAMA2_IDS = [
@@ -70,9 +71,8 @@ def test_stream_decoder_splits_emoji_bytes(llama2_tok):
     assert deltas[-2:] == ["🦙", ""] and all(d == "" for d in deltas[:-2])
 
 
-@requires_stories
 def test_stream_decoder_keeps_leading_space():
-    tok = Tokenizer(STORIES / "tok512.model")
+    tok = Tokenizer(bundled_model().parent / "tok512.model")
     deltas = _stream(tok, tok.encode("Once upon"), tok.encode(" a time", bos=False))
     assert "".join(deltas) == " a time"
 

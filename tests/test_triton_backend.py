@@ -19,7 +19,6 @@ GREEDY = SamplingConfig(temperature=0)
 
 
 
-@requires_stories
 def test_golden_prefix_through_interpreter(golden):
     """On the CPU the kernels run in Triton's interpreter (slow): the first 16 golden tokens."""
     if torch.cuda.is_available():
@@ -32,7 +31,6 @@ def test_golden_prefix_through_interpreter(golden):
 
 @pytest.mark.gpu
 @requires_cuda
-@requires_stories
 def test_golden_on_cuda_graph(golden):
     lm = load_model(None, device=torch.device("cuda"), dtype=DType.float32, backend=Backend.triton)
     case = golden["prompt_once_upon_a_time"]
@@ -59,7 +57,6 @@ def test_golden_logits_from_prefill_kernels(golden, chunk):
     torch.testing.assert_close(torch.cat(rows).cpu(), expected, atol=GOLDEN_LOGITS_ATOL, rtol=0)
 
 
-@requires_stories
 def test_chunked_prefill_engine_gives_golden_tokens(golden):
     """Engine.prefill in chunks of 5 on the reference path: the same greedy continuation."""
     lm = load_model(None, device=torch.device("cpu"))

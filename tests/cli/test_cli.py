@@ -16,8 +16,8 @@ from llamafast.cli import app
 from llamafast.config import ModelConfig
 from llamafast.load import bundled_model
 
-from .conftest import STORIES, requires_stories
-from .formats import meta_state, write_hf
+from ..conftest import STORIES, requires_stories
+from ..formats import meta_state, write_hf
 
 runner = CliRunner()
 

@@ -18,8 +18,8 @@ import torch
 
 from llamafast.load import bundled_model
 
-from .conftest import LLAMA2C
-from .formats import meta_state, write_hf, write_meta
+from ..conftest import LLAMA2C
+from ..formats import meta_state, write_hf, write_meta
 
 TOK512 = bundled_model().with_name("tok512.model")
 SMALL = {

@@ -1,4 +1,4 @@
-"""Bad input, command by command: each case of tests/bad_inputs.py ends in exit code 1, exactly one `error:`
+"""Bad input, command by command: each case of tests/cli/bad_inputs.py ends in exit code 1, exactly one `error:`
 line on stderr naming the problem, and no traceback; a refused command writes and removes nothing.
 """
 
@@ -20,9 +20,9 @@ from llamafast.cli import app
 from llamafast.load import bundled_model
 
 from .bad_inputs import CASES, Case, _hf, _truncate
-from .conftest import STORIES
+from ..conftest import STORIES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def assert_clean_error(r, needle: str) -> None:
