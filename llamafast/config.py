@@ -97,6 +97,11 @@ MODEL_CONFIGS: dict[str, ModelConfig] = {
     "llama-2-70b": ModelConfig(
         dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, multiple_of=4096, ffn_dim_multiplier=1.3
     ),
+    # SmolLM2-135M (HuggingFaceTB; the test data's GGUF header): GQA 3:1, head_dim 64, width 576, tied embeddings.
+    "smollm2-135m": ModelConfig(
+        dim=576, n_layers=30, n_heads=9, n_kv_heads=3, vocab_size=49152, hidden_dim=1536, rope_theta=100000.0,
+        max_seq_len=8192,
+    ),
     # Karpathy's stories260K (the bundled model): head_dim 8, GQA 2:1, tied embeddings.
     "stories260K": ModelConfig(
         dim=64, n_layers=5, n_heads=8, n_kv_heads=4, vocab_size=512, multiple_of=4, max_seq_len=512

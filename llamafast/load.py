@@ -17,7 +17,7 @@ from llamafast.formats import Checkpoint, open_checkpoint
 from llamafast.formats.common import Progress
 from llamafast.model import Transformer
 from llamafast.quant import FP8Format
-from llamafast.tokenizers import Tokenizer
+from llamafast.tokenizers import Tokenizer, open_tokenizer
 from llamafast.weights import (
     checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, weight_format,
 )
@@ -157,7 +157,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def _tokenizer(ckpt: Checkpoint) -> Tokenizer:
     if ckpt.tokenizer is None:
         raise LlamafastError(f"no tokenizer.model found beside {ckpt.path}; pass --tokenizer")
-    tok = Tokenizer(ckpt.tokenizer)
+    tok = open_tokenizer(ckpt.tokenizer, ckpt.embedded_tokenizer)
     if tok.vocab_size > ckpt.config.vocab_size:
         raise LlamafastError(
             f"tokenizer {ckpt.tokenizer} has {tok.vocab_size} pieces but the model only {ckpt.config.vocab_size}"

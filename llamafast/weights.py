@@ -14,7 +14,8 @@ from llamafast.formats.common import Progress, nbytes
 from llamafast.errors import LlamafastError
 from llamafast.quant import FP8Format, is_quantized_linear, quantize, scale_name
 
-_CONFIG_FILE = {"meta": "params.json", "hf": "config.json", "llama2c": "the .bin header", "llamafast": "its metadata"}
+_CONFIG_FILE = {"meta": "params.json", "hf": "config.json", "llama2c": "the .bin header", "llamafast": "its metadata",
+                "gguf": "its GGUF metadata"}
 
 
 def weight_format(ckpt: Checkpoint) -> str:

@@ -116,31 +116,33 @@ def _decode_errors(model, truth: torch.Tensor, tokens: list[int], n_prompt: int)
 
 @pytest.mark.gpu
 @requires_cuda
-def test_7b_logits_as_accurate_as_reference_for_32_steps():
-    """Prefill 16 tokens, then 32 decode steps, on Llama-2-7B random weights in bf16: the fused path's logits
-    against an fp32 run of the same weights, beside the reference path's (the declared margins of
-    test_half_precision_no_less_accurate_than_reference)."""
-    lm = random_model("llama-2-7b", torch.device("cuda"), DType.bfloat16, Backend.reference)
+@pytest.mark.parametrize("shape", ["llama-2-7b", "smollm2-135m"])
+def test_logits_as_accurate_as_reference_for_32_steps(shape):
+    """Prefill 16 tokens, then 32 decode steps, on random weights in bf16 (Llama-2-7B; SmolLM2-135M: GQA 3:1,
+    head_dim 64, width 576): the fused path's logits against an fp32 run of the same weights, beside the
+    reference path's (the declared margins of test_half_precision_no_less_accurate_than_reference)."""
+    lm = random_model(shape, torch.device("cuda"), DType.bfloat16, Backend.reference)
     ref, fused, truth = lm.model, with_backend(lm.model, Backend.triton), _fp32_copy(lm.model)
-    prompt = torch.randint(3, 32000, (16,), generator=torch.Generator().manual_seed(1)).tolist()
-    tokens = prompt + torch.randint(3, 32000, (32,), generator=torch.Generator().manual_seed(2)).tolist()
+    vocab = lm.model.config.vocab_size
+    prompt = torch.randint(3, vocab, (16,), generator=torch.Generator().manual_seed(1)).tolist()
+    tokens = prompt + torch.randint(3, vocab, (32,), generator=torch.Generator().manual_seed(2)).tolist()
     want = _decode_logits(truth, tokens, len(prompt))
     ref_err = _errors(_decode_logits(ref, tokens, len(prompt)), want)
     fused_err = _errors(_decode_logits(fused, tokens, len(prompt)), want)
-    print(f"7B bf16 logits vs fp32 per step: fused mean {fused_err.mean():.2e} max {fused_err.max():.2e}; "
+    print(f"{shape} bf16 logits vs fp32 per step: fused mean {fused_err.mean():.2e} max {fused_err.max():.2e}; "
           f"reference mean {ref_err.mean():.2e} max {ref_err.max():.2e}")
     assert fused_err.mean() <= 1.25 * ref_err.mean() and fused_err.max() <= 2 * ref_err.max()
 
 
 @pytest.mark.gpu
 @requires_cuda
-@pytest.mark.parametrize("n_prompt", [1000, 4000])
-def test_7b_prefill_as_accurate_as_reference(n_prompt):
+@pytest.mark.parametrize("shape,n_prompt", [("llama-2-7b", 1000), ("llama-2-7b", 4000), ("smollm2-135m", 1000)])
+def test_prefill_as_accurate_as_reference(shape, n_prompt):
     """The last prompt position's logits after the engine's chunked prefill, bf16 paths against fp32."""
-    lm = random_model("llama-2-7b", torch.device("cuda"), DType.bfloat16, Backend.reference)
-    prompt = torch.randint(3, 32000, (n_prompt,), generator=torch.Generator().manual_seed(3))
+    lm = random_model(shape, torch.device("cuda"), DType.bfloat16, Backend.reference)
+    prompt = torch.randint(3, lm.model.config.vocab_size, (n_prompt,), generator=torch.Generator().manual_seed(3))
     models = (_fp32_copy(lm.model), lm.model, with_backend(lm.model, Backend.triton))
     truth, ref, fused = (Engine(m, GREEDY, n_prompt + 1).prompt_logits(prompt.cuda()) for m in models)
     ref_err, fused_err = _errors([ref], [truth])[0], _errors([fused], [truth])[0]
-    print(f"7B bf16 prefill logits vs fp32 at {n_prompt} tokens: fused {fused_err:.2e}, reference {ref_err:.2e}")
+    print(f"{shape} bf16 prefill logits vs fp32 at {n_prompt} tokens: fused {fused_err:.2e}, reference {ref_err:.2e}")
     assert fused_err <= 1.25 * ref_err

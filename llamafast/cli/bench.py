@@ -16,7 +16,7 @@ from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context, clean_errors,
     device_or_default, path_or, pick, preset, progress_bar, stdout_console,
 )
-from llamafast.config import Backend, DType, model_config
+from llamafast.config import MODEL_CONFIGS, Backend, DType, model_config
 from llamafast.errors import LlamafastError
 from llamafast.generate import PREFILL_CHUNK
 from llamafast.load import OpenedModel, load_model, open_model, quantized, random_model
@@ -27,7 +27,7 @@ def bench(
     model: ModelOpt = None,
     tokenizer: TokenizerOpt = None,
     random_weights: Annotated[bool, typer.Option("--random-weights", help="Random weights built on the device; needs --shape.")] = False,
-    shape: Annotated[Optional[str], typer.Option(help="Shape for --random-weights: llama-2-7b, llama-2-13b, llama-2-70b, stories260K.")] = None,
+    shape: Annotated[Optional[str], typer.Option(help="Shape for --random-weights: llama-2-7b, llama-2-13b, llama-2-70b, smollm2-135m, stories260K.")] = None,
     prompt_len: Annotated[Optional[int], typer.Option(help="Prompt tokens [default: 16].")] = None,
     new_tokens: Annotated[Optional[int], typer.Option(help="Tokens to decode [default: 256].")] = None,
     backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable; default: all the device runs, triton alone with --fp8).")] = None,
@@ -124,7 +124,7 @@ def _source(run, model, tokenizer, random_weights, shape) -> str | OpenedModel:
     shape = pick(shape, run.shape)
     if random_weights or run.random_weights:
         if shape is None:
-            raise LlamafastError("--random-weights needs --shape (llama-2-7b, llama-2-13b, llama-2-70b, stories260K)")
+            raise LlamafastError(f"--random-weights needs --shape ({', '.join(MODEL_CONFIGS)})")
         return shape
     if shape is not None:
         raise LlamafastError("--shape only applies with --random-weights")

@@ -31,11 +31,12 @@ class TensorRef:
 @dataclass
 class Checkpoint:
     path: Path
-    format: str  # "meta" | "hf" | "llama2c" | "llamafast"
+    format: str  # "meta" | "hf" | "llama2c" | "llamafast" | "gguf"
     config: ModelConfig
     tensors: dict[str, TensorRef]  # Meta names (llamafast: its stored names)
     tokenizer: Path | None
     metadata: dict[str, str] = field(default_factory=dict)  # llamafast format: weights, source, ...
+    embedded_tokenizer: dict | None = None  # GGUF: the tokenizer and chat template inside the file
 
 
 def read_head(path: Path, n: int) -> bytes:

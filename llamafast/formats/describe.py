@@ -9,7 +9,7 @@ import torch
 from llamafast.formats import expected_shapes, open_checkpoint
 from llamafast.config import ModelConfig, model_config
 from llamafast.load import bundled_model
-from llamafast.tokenizers import Tokenizer
+from llamafast.tokenizers import open_tokenizer
 from llamafast.weights import checkpoint_dtype, validate, weight_format
 
 
@@ -51,7 +51,7 @@ def describe_checkpoint(path: Path | None, tokenizer: Path | None = None) -> dic
     if ckpt.metadata:
         out["metadata"] = {k: v for k, v in ckpt.metadata.items() if k != "config"}
     if ckpt.tokenizer is not None:
-        tok = Tokenizer(ckpt.tokenizer)
+        tok = open_tokenizer(ckpt.tokenizer, ckpt.embedded_tokenizer)
         out["tokenizer"] = {"path": str(ckpt.tokenizer), "vocab": tok.vocab_size, "bos": tok.bos_id, "eos": tok.eos_id}
         out.update(vocab_mismatch(tok.vocab_size, ckpt.config.vocab_size))
     return out

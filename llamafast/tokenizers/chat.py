@@ -1,7 +1,9 @@
-"""Llama-2-chat prompts, encoded as Meta's llama/generation.py chat_completion does."""
+"""Chat prompts: Llama-2-chat, encoded as Meta's llama/generation.py chat_completion does, built in; other
+models' own Jinja templates (GGUF `tokenizer.chat_template`, tokenizer_config.json) rendered as transformers does."""
 
 from __future__ import annotations
 
+import json
 from typing import Protocol
 
 # Meta's llama/generation.py chat format.
@@ -28,3 +30,24 @@ def llama2_chat_ids(tok: _Encoder, messages: list[dict[str, str]]) -> list[int]:
         text = f"{B_INST} {prompt['content'].strip()} {E_INST} {answer['content'].strip()} "
         ids += tok.encode(text) + [tok.eos_id]
     return ids + tok.encode(f"{B_INST} {messages[-1]['content'].strip()} {E_INST}")
+
+
+def render_chat_template(template: str, messages: list[dict[str, str]], bos_token: str, eos_token: str) -> str:
+    """A model's own Jinja chat template rendered as Hugging Face's apply_chat_template does: a sandboxed
+    environment with trim_blocks and lstrip_blocks, `raise_exception` and `tojson`, and the generation prompt."""
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from llamafast.errors import LlamafastError
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, indent=indent, ensure_ascii=False)
+    env.globals["raise_exception"] = raise_exception
+    try:
+        return env.from_string(template).render(messages=messages, bos_token=bos_token, eos_token=eos_token,
+                                                add_generation_prompt=True)
+    except jinja2.exceptions.TemplateError as e:
+        raise LlamafastError(f"the model's chat template failed to render: {e}") from None

@@ -119,6 +119,24 @@ def _converted(tmp: Path) -> Path:
     return tmp / "fp8"
 
 
+def _gguf(tmp: Path, kind: str = "F32", arch: str = "llama", chat_template: str | None = None) -> Path:
+    from llamafast.config import ModelConfig
+
+    from ..gguf_files import write_gguf
+
+    config = ModelConfig(**{**SMALL, "multiple_of": 32})  # rows of whole 32-value quant blocks
+    write_gguf(tmp / "m.gguf", config, meta_state(config), kind, arch, chat_template)
+    return tmp / "m.gguf"
+
+
+def _hf_json_tokenizer(tmp: Path, data: bytes) -> Path:
+    """A Hugging Face checkpoint with a tokenizer.json instead of tokenizer.model."""
+    folder = _hf(tmp)
+    (folder / "tokenizer.model").unlink()
+    (folder / "tokenizer.json").write_bytes(data)
+    return folder
+
+
 def _preset(tmp: Path, text: str | bytes) -> Path:
     path = tmp / "preset.toml"
     path.write_bytes(text.encode() if isinstance(text, str) else text)
@@ -258,6 +276,17 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("convert-fp8", "a source that already holds FP8 weights", lambda t: [str(_converted(t)), str(t / "again")],
              "already holds fp8_e5m2"),
         Case("convert-fp8", "a source that does not exist", lambda t: [str(t / "nope"), str(t / "out")], "not found"),
+    ],
+    "GGUF files and tokenizers": [
+        Case(GENERATE, "a GGUF of another architecture", lambda t: M(_gguf(t, arch="gpt2")), "architecture 'gpt2'"),
+        Case(GENERATE, "a GGUF tensor type llamafast does not dequantize", lambda t: M(_gguf(t, kind="Q5_0")),
+             "has type Q5_0"),
+        Case(GENERATE, "a truncated GGUF", lambda t: M(_truncate(_gguf(t), 20000)), "not a readable GGUF"),
+        Case(GENERATE, "a tokenizer.json that does not parse", lambda t: M(_hf_json_tokenizer(t, b"{not json")),
+             "tokenizer.json"),
+        Case(GENERATE, "a chat template that fails to render",
+             lambda t: ["hi", "--chat", "--model", str(_gguf(t, chat_template="{{ raise_exception('no chat') }}"))],
+             "chat template failed to render"),
     ],
     "bench and info": [
         Case("bench", "--random-weights without --shape", lambda t: ["--random-weights"], "--shape"),

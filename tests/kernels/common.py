@@ -22,7 +22,7 @@ SHAPES = [
     pytest.param(MODEL_CONFIGS["stories260K"], id="stories260K"),  # head_dim 8, GQA 2:1
     pytest.param(ODD, id="odd"),
     *[pytest.param(MODEL_CONFIGS[n], id=n, marks=[_gpu, pytest.mark.skipif(not ON_GPU, reason="needs a GPU")])
-      for n in ("llama-2-7b", "llama-2-13b", "llama-2-70b")],
+      for n in ("llama-2-7b", "llama-2-13b", "llama-2-70b", "smollm2-135m")],
 ]
 
 # bf16 tl.dot is wrong in Triton 3.6's interpreter (KERNELS.md), so dot kernels skip bf16 on the CPU.

@@ -1,0 +1,127 @@
+"""llama.cpp's GGUF files (`general.architecture = llama`), read with the `gguf` package (llama.cpp's own reader)
+and dequantized tensor by tensor through `gguf.quants` as they stream to the device.
+
+GGUF stores shapes in ggml's order (fastest dimension first): `blk.0.ffn_down.weight` reads [1536, 576] for a
+(576, 1536) nn.Linear weight; the reader's arrays are already row-major (rows, cols). llama.cpp's converter
+stores Q/K rows in Meta's interleaved RoPE order (it undoes Hugging Face's permutation), so they are used as is.
+The tokenizer and chat template inside the file are handed to llamafast.tokenizers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from llamafast.errors import LlamafastError
+from llamafast.formats.common import Checkpoint, TensorRef, config_from
+
+GGUF_MAGIC = b"GGUF"
+
+# The tensor types llamafast dequantizes (gguf.quants implements each); anything else is refused up front.
+SUPPORTED = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"}
+# What a dequantized tensor is handed on as: half precision for quantized weights (so "auto" picks bf16 on
+# CUDA), the stored float type otherwise.
+_AS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+
+_NAMES = {"token_embd": "tok_embeddings", "output_norm": "norm", "output": "output"}
+_LAYER_NAMES = {
+    "attn_q": "attention.wq", "attn_k": "attention.wk", "attn_v": "attention.wv", "attn_output": "attention.wo",
+    "ffn_gate": "feed_forward.w1", "ffn_down": "feed_forward.w2", "ffn_up": "feed_forward.w3",
+    "attn_norm": "attention_norm", "ffn_norm": "ffn_norm",
+}
+_CONFIG_KEYS = {
+    "dim": "llama.embedding_length", "n_layers": "llama.block_count", "n_heads": "llama.attention.head_count",
+    "n_kv_heads": "llama.attention.head_count_kv", "hidden_dim": "llama.feed_forward_length",
+    "norm_eps": "llama.attention.layer_norm_rms_epsilon", "rope_theta": "llama.rope.freq_base",
+    "max_seq_len": "llama.context_length",
+}
+_TOKENIZER_KEYS = ("model", "pre", "tokens", "token_type", "merges", "scores", "bos_token_id", "eos_token_id",
+                   "add_bos_token", "add_space_prefix", "unknown_token_id", "padding_token_id")
+
+
+def read_gguf(path: Path) -> Checkpoint:
+    reader = _open(path)
+    fields = {name: _value(field) for name, field in reader.fields.items() if not name.startswith("tokenizer.ggml.")}
+    arch = fields.get("general.architecture")
+    if arch != "llama":
+        raise LlamafastError(f"{path}: a GGUF of architecture {arch!r}; llamafast runs llama models only")
+    _refuse_unimplemented(path, fields, {t.name for t in reader.tensors})
+    tensors, types = {}, Counter()
+    for t in reader.tensors:
+        kind = t.tensor_type.name
+        if kind not in SUPPORTED:
+            raise LlamafastError(f"{path}: tensor {t.name} has type {kind}; llamafast dequantizes "
+                                 f"{', '.join(sorted(SUPPORTED))}")
+        types[kind] += 1
+        tensors[_meta_name(t.name)] = _ref(t, path)
+    params = {key: fields.get(gguf_key) for key, gguf_key in _CONFIG_KEYS.items()}
+    params["vocab_size"] = tensors["tok_embeddings.weight"].shape[0] if "tok_embeddings.weight" in tensors else None
+    config = config_from(params, path, {k: v for k, v in _CONFIG_KEYS.items()})
+    head_dim = fields.get("llama.rope.dimension_count", config.head_dim)
+    if head_dim != config.head_dim or fields.get("llama.attention.key_length", head_dim) != head_dim:
+        raise LlamafastError(f"{path}: head size {head_dim} is not embedding_length / head_count "
+                             f"({config.dim} / {config.n_heads}), which llamafast does not support")
+    metadata = {"tensor_types": ", ".join(f"{k} x{n}" for k, n in types.most_common()), "file_bytes": str(path.stat().st_size)}
+    ckpt = Checkpoint(path, "gguf", config, tensors, None, metadata)
+    ckpt.embedded_tokenizer = {**_tokenizer_fields(reader), "chat_template": fields.get("tokenizer.chat_template")}
+    return ckpt
+
+
+def _open(path: Path):
+    from gguf import GGUFReader
+
+    try:
+        return GGUFReader(path)
+    except Exception as e:  # truncated or corrupt: struct, numpy and value errors from the reader
+        raise LlamafastError(f"{path}: not a readable GGUF file ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+
+
+def _value(field):
+    try:
+        return field.contents()
+    except Exception:  # a field of a type this gguf release cannot decode: not one llamafast reads
+        return None
+
+
+def _refuse_unimplemented(path: Path, fields: dict, names: set[str]) -> None:
+    """RoPE scaling changes the arithmetic; llamafast does not implement it for GGUF files yet."""
+    scaling = fields.get("llama.rope.scaling.type")
+    if scaling not in (None, "none") or "rope_freqs.weight" in names:
+        what = f"llama.rope.scaling.type = {scaling}" if scaling not in (None, "none") else "rope_freqs.weight"
+        raise LlamafastError(f"{path}: {what} (scaled RoPE) is not supported by llamafast")
+
+
+def _meta_name(name: str) -> str:
+    parts = name.split(".")
+    if parts[0] == "blk" and len(parts) == 4 and parts[2] in _LAYER_NAMES:
+        return f"layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{parts[3]}"
+    if len(parts) == 2 and parts[0] in _NAMES:
+        return f"{_NAMES[parts[0]]}.{parts[1]}"
+    return name  # unknown: kept, so that validation names it
+
+
+def _ref(t, path: Path) -> TensorRef:
+    shape = tuple(int(n) for n in reversed(t.shape))  # ggml order -> (rows, cols)
+    dtype = _AS.get(t.tensor_type.name, torch.bfloat16)
+
+    def load() -> torch.Tensor:
+        from gguf import quants
+
+        data = quants.dequantize(t.data, t.tensor_type)  # float32 (rows, cols), or the stored float type
+        if not data.flags.writeable:  # a float tensor is the file's read-only memory map: copy it (norms, small)
+            data = data.copy()
+        return torch.from_numpy(np.ascontiguousarray(data)).reshape(shape)
+
+    return TensorRef(shape, dtype, load, path.name)
+
+
+def _tokenizer_fields(reader) -> dict:
+    out = {}
+    for key in _TOKENIZER_KEYS:
+        field = reader.fields.get(f"tokenizer.ggml.{key}")
+        if field is not None:
+            out[key] = _value(field)
+    return out

@@ -1,0 +1,112 @@
+"""Byte-level BPE tokenizers through Hugging Face's `tokenizers` library: a `tokenizer.json` (Llama 3, TinyLlama,
+SmolLM) with its `tokenizer_config.json`, or the vocabulary and merges inside a GGUF file (`tokenizer.ggml.model`
+= gpt2), built the way transformers builds them from GGUF (byte-level pre-tokenizer, llama.cpp's split regex
+for the Llama 3 family, control tokens kept whole). Chat prompts come from the model's own Jinja template.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+from llamafast.errors import LlamafastError
+from llamafast.tokenizers.chat import render_chat_template
+
+# llama.cpp's pre-tokenizer split for the Llama 3 family (tokenizer.ggml.pre); other byte-level vocabularies
+# (gpt2, smollm, ...) use the GPT-2 split that pre_tokenizers.ByteLevel applies itself.
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_SPLITS = {name: _LLAMA3_SPLIT for name in ("llama3", "llama-v3", "llama-bpe", "smaug-bpe", "dbrx")}
+_CONTROL, _USER_DEFINED = 3, 4  # llama.cpp's token types
+
+
+class HFTokenizer:
+    """The interface of spm.Tokenizer (encode with BOS, decode, ids, chat) over a `tokenizers.Tokenizer`."""
+
+    def __init__(self, tok: Tokenizer, path: Path, bos_id: int | None, eos_id: int, add_bos: bool,
+                 chat_template: str | None, pieces: int | None = None):
+        self.tok, self.path = tok, path
+        self.bos_id = bos_id if bos_id is not None else -1
+        self.eos_id, self.add_bos, self.chat_template = eos_id, add_bos and bos_id is not None, chat_template
+        self.vocab_size: int = pieces or tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, bos: bool = True) -> list[int]:
+        ids = self.tok.encode(text, add_special_tokens=False).ids
+        if bos and self.bos_id >= 0 and (self.add_bos or not ids):  # an empty prompt still starts from BOS
+            ids = [self.bos_id] + ids
+        return ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=False)
+
+    def chat(self, user: str, system: str | None = None) -> list[int]:
+        messages = ([{"role": "system", "content": system}] if system is not None else [])
+        return self.dialog(messages + [{"role": "user", "content": user}])
+
+    def dialog(self, messages: list[dict[str, str]]) -> list[int]:
+        if self.chat_template is None:
+            raise LlamafastError(f"{self.path} has no chat template; --chat needs one")
+        bos = self.tok.id_to_token(self.bos_id) if self.bos_id >= 0 else ""
+        text = render_chat_template(self.chat_template, messages, bos, self.tok.id_to_token(self.eos_id) or "")
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+
+def from_gguf(fields: dict, path: Path) -> HFTokenizer:
+    """The tokenizer a GGUF file carries (fields: tokenizer.ggml.* without the prefix, and chat_template)."""
+    kind = fields.get("model")
+    if kind != "gpt2":
+        raise LlamafastError(f"{path}: its embedded tokenizer is {kind!r}; llamafast builds byte-level BPE (gpt2) "
+                             "tokenizers from GGUF files: pass --tokenizer tokenizer.model or tokenizer.json")
+    tokens, merges = list(fields.get("tokens") or []), fields.get("merges") or []
+    if not tokens:
+        raise LlamafastError(f"{path}: the GGUF file has no tokenizer vocabulary")
+    bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[tuple(m.split(" ", 1)) for m in merges],
+                     fuse_unk=False)
+    tok = Tokenizer(bpe)
+    split = _SPLITS.get(fields.get("pre"))
+    if split is None:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    types = list(fields.get("token_type") or [])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t, k in zip(tokens, types) if k == _CONTROL])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, types) if k == _USER_DEFINED])
+    return HFTokenizer(tok, path, fields.get("bos_token_id"), fields.get("eos_token_id", -1),
+                       bool(fields.get("add_bos_token", False)), fields.get("chat_template"), len(tokens))
+
+
+def from_json(path: Path) -> HFTokenizer:
+    """tokenizer.json, with bos/eos, add_bos_token and chat_template from tokenizer_config.json beside it."""
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as e:  # the library raises its own Exception subclass for a file it cannot parse
+        raise LlamafastError(f"{path} is not a tokenizer.json that the tokenizers library can read ({e})") from None
+    config = _config(path.with_name("tokenizer_config.json"))
+    bos, eos = _token_id(tok, config.get("bos_token")), _token_id(tok, config.get("eos_token"))
+    if eos is None:
+        raise LlamafastError(f"{path}: no eos_token in tokenizer_config.json beside it")
+    return HFTokenizer(tok, path, bos, eos, bool(config.get("add_bos_token", bos is not None)),
+                       config.get("chat_template"))
+
+
+def _config(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as e:
+        raise LlamafastError(f"cannot read {path}: {e}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _token_id(tok: Tokenizer, token) -> int | None:
+    if isinstance(token, dict):  # {"content": "<s>", ...}
+        token = token.get("content")
+    return tok.token_to_id(token) if isinstance(token, str) else None

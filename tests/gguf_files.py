@@ -1,0 +1,85 @@
+"""Small GGUF files written with the gguf package's own writer, for the loader tests: the weights of a
+ModelConfig in any supported tensor type, under llama.cpp's tensor names, with a byte-level BPE tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from llamafast.config import ModelConfig
+
+_NAMES = {"attention.wq": "attn_q", "attention.wk": "attn_k", "attention.wv": "attn_v", "attention.wo": "attn_output",
+          "feed_forward.w1": "ffn_gate", "feed_forward.w2": "ffn_down", "feed_forward.w3": "ffn_up",
+          "attention_norm": "attn_norm", "ffn_norm": "ffn_norm"}
+# K-quant blocks: bytes per 256 values and the byte offsets of their fp16 scale fields (gguf.quants cannot
+# quantize to them, so the tests write random blocks with small, finite scales and compare with its dequantizer).
+_K_BLOCKS = {"Q4_K": (144, (0, 2)), "Q5_K": (176, (0, 2)), "Q6_K": (210, (208,))}
+
+
+def gguf_name(name: str) -> str:
+    parts = name.split(".")
+    if parts[0] == "layers":
+        return f"blk.{parts[1]}.{_NAMES['.'.join(parts[2:-1])]}.weight"
+    return {"tok_embeddings.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
+            "output.weight": "output.weight"}[name]
+
+
+def encode(w: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
+    """w (rows, cols) float32 -> what GGUF stores for type `kind` (uint8 blocks for quantized types)."""
+    from gguf import GGMLQuantizationType, quants
+
+    if kind in _K_BLOCKS:
+        size, scales = _K_BLOCKS[kind]
+        blocks = rng.integers(0, 256, (w.shape[0], w.shape[1] // 256, size), dtype=np.uint8)
+        for at in scales:
+            blocks[..., at:at + 2] = np.array([0.002], dtype=np.float16).view(np.uint8)
+        return blocks.reshape(w.shape[0], -1)
+    return quants.quantize(w, GGMLQuantizationType[kind])
+
+
+def write_gguf(path: Path, config: ModelConfig, state: dict[str, torch.Tensor], kind: str = "F32",
+               arch: str = "llama", chat_template: str | None = None) -> None:
+    """Linear weights and the embedding in `kind`, norms in F32; Meta's Q/K row order, as llama.cpp stores it."""
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    rng = np.random.default_rng(0)
+    w = GGUFWriter(path, arch)
+    w.add_block_count(config.n_layers)
+    w.add_context_length(config.max_seq_len)
+    w.add_embedding_length(config.dim)
+    w.add_feed_forward_length(config.hidden_dim)
+    w.add_head_count(config.n_heads)
+    w.add_head_count_kv(config.n_kv_heads)
+    w.add_rope_freq_base(config.rope_theta)
+    w.add_layer_norm_rms_eps(config.norm_eps)
+    w.add_rope_dimension_count(config.head_dim)
+    _tokenizer(w, config.vocab_size, chat_template)
+    for name, t in state.items():
+        data = t.float().numpy()
+        if data.ndim == 1 or kind == "F32":
+            w.add_tensor(gguf_name(name), data)
+        else:
+            w.add_tensor(gguf_name(name), encode(data, kind, rng), raw_dtype=GGMLQuantizationType[kind])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _tokenizer(w, vocab: int, chat_template: str | None) -> None:
+    """A byte-level vocabulary: the 256 byte symbols, then merged pairs, padded to the model's vocabulary."""
+    from gguf import GGUFWriter  # noqa: F401  (the writer's methods are used on w)
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    symbols = sorted(ByteLevel.alphabet())
+    tokens = ["<|endoftext|>"] + symbols + [f"<pad{i}>" for i in range(vocab - 1 - len(symbols))]
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([3] + [1] * (len(tokens) - 1))
+    w.add_token_merges([])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(0)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)

@@ -1,0 +1,140 @@
+"""GGUF models: SmolLM2-135M-Instruct from the test data against transformers' own GGUF loading (greedy tokens,
+tokenizer ids, chat template; tests/data/golden_smollm2.json, made by scripts/smollm2_golden.py), and files
+written with the gguf package's writer in every supported tensor type against gguf's own dequantizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from llamafast.backends import build
+from llamafast.config import ModelConfig, SamplingConfig
+from llamafast.formats import open_checkpoint
+from llamafast.generate import Engine, stream_tokens
+from llamafast.load import load_model, open_model
+from llamafast.tokenizers import StreamDecoder
+from llamafast.tokenizers.chat import render_chat_template
+from llamafast.weights import load_state
+
+from .conftest import TESTDATA
+from .formats import fused, meta_state, write_hf
+from .gguf_files import encode, gguf_name, write_gguf
+
+SMOLLM2 = TESTDATA / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+GOLDEN = json.loads((Path(__file__).parent / "data" / "golden_smollm2.json").read_text())
+requires_smollm2 = pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"SmolLM2 GGUF not found at {SMOLLM2}")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return load_model(SMOLLM2, device=torch.device("cpu"))  # fp32 on the CPU, as the golden run
+
+
+@requires_smollm2
+def test_config_and_formats(smollm2):
+    c = smollm2.model.config
+    assert (c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.hidden_dim, c.vocab_size) == (576, 30, 9, 3, 1536, 49152)
+    assert c.rope_theta == 100000.0 and c.max_seq_len == 8192 and smollm2.format == "gguf"
+    assert smollm2.model.output.weight is smollm2.model.tok_embeddings.weight  # tied
+
+
+@requires_smollm2
+@pytest.mark.parametrize("case", GOLDEN["greedy"], ids=lambda c: c["prompt"])
+def test_greedy_tokens_equal_transformers(smollm2, case):
+    """The reference backend in fp32 on the CPU gives transformers' fp32 greedy tokens exactly (EOS included)."""
+    tok = smollm2.tokenizer
+    ids = tok.encode(case["prompt"])
+    assert ids == case["prompt_ids"]
+    want = case["continuation_ids"]
+    engine = Engine(smollm2.model, SamplingConfig(temperature=0), len(ids) + len(want), n_vocab=tok.vocab_size)
+    assert list(stream_tokens(engine, ids, len(want))) == want
+
+
+@requires_smollm2
+@pytest.mark.parametrize("case", GOLDEN["tokenizer"], ids=lambda c: repr(c["text"])[:30])
+def test_tokenizer_ids_equal_transformers(case):
+    tok = open_model(SMOLLM2).tokenizer
+    assert tok.encode(case["text"], bos=False) == case["ids"]
+    assert tok.decode(case["ids"]) == case["text"]
+
+
+@requires_smollm2
+@pytest.mark.parametrize("case", GOLDEN["chat"], ids=lambda c: str(len(c["messages"])))
+def test_chat_template_renders_as_transformers(case):
+    tok = open_model(SMOLLM2).tokenizer
+    assert render_chat_template(tok.chat_template, case["messages"], "<|im_start|>", "<|im_end|>") == case["text"]
+    assert tok.dialog(case["messages"]) == tok.encode(case["text"], bos=False)
+
+
+@requires_smollm2
+def test_streaming_is_exact_for_byte_level_pieces():
+    """Emoji and CJK split over byte-level pieces: the streamed deltas add up to the text, never a half character."""
+    tok = open_model(SMOLLM2).tokenizer
+    text = "emoji 🦙🔥 ok, CJK 日本語の文章と中文"
+    ids = tok.encode(text, bos=False)
+    decoder = StreamDecoder(tok, [])
+    deltas = [decoder.push(i) for i in ids] + [decoder.flush()]
+    assert "".join(deltas) == text and not any("\ufffd" in d for d in deltas)
+
+
+# --- files written by the gguf package, each supported tensor type ------------------------------------------
+
+SMALL = ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=512, multiple_of=32, max_seq_len=64)
+WIDE = ModelConfig(dim=256, n_layers=1, n_heads=4, n_kv_heads=2, vocab_size=512, hidden_dim=256, max_seq_len=64)
+TYPES = [("F32", SMALL), ("F16", SMALL), ("BF16", SMALL), ("Q8_0", SMALL), ("Q4_0", SMALL), ("Q4_1", SMALL),
+         ("Q4_K", WIDE), ("Q5_K", WIDE), ("Q6_K", WIDE)]  # K-quant blocks hold 256 values: rows of 256
+
+
+@pytest.mark.parametrize("kind,config", TYPES, ids=[t for t, _ in TYPES])
+def test_written_gguf_logits_equal_its_dequantized_weights(tmp_path, kind, config):
+    """The loader (names, reversed shapes, row order, dequantization) against the same file's tensors
+    dequantized by gguf.quants and put into the model directly."""
+    from gguf import GGMLQuantizationType, quants
+
+    state = meta_state(config)
+    write_gguf(tmp_path / "m.gguf", config, state, kind)
+    ckpt = open_checkpoint(tmp_path / "m.gguf")
+    assert ckpt.format == "gguf" and f"{kind} x" in ckpt.metadata["tensor_types"]
+    shape = ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "hidden_dim", "rope_theta", "max_seq_len")
+    assert [getattr(ckpt.config, f) for f in shape] == [getattr(config, f) for f in shape]
+    assert ckpt.config.norm_eps == pytest.approx(config.norm_eps)  # stored as float32
+    ours = build(config, load_state(ckpt, torch.device("cpu"), torch.float32))
+    rng = np.random.default_rng(0)  # the writer's blocks, made again in the same order
+    expected = {}
+    for name, t in state.items():
+        data = t.float().numpy()
+        if data.ndim == 2 and kind != "F32":
+            data = quants.dequantize(encode(data, kind, rng), GGMLQuantizationType[kind])
+        expected[name] = torch.from_numpy(np.array(data, dtype=np.float32))
+    assert gguf_name("layers.0.attention.wq.weight") == "blk.0.attn_q.weight"
+    theirs = build(config, fused(expected))
+    tokens, pos = torch.tensor([0, 5, 17, 300, 42, 9]), torch.zeros((), dtype=torch.long)
+    for model in (ours, theirs):
+        model.setup_cache(16)
+    torch.testing.assert_close(ours(tokens, pos, True), theirs(tokens, pos, True), atol=1e-5, rtol=1e-5)
+
+
+def test_written_gguf_generates_with_its_embedded_tokenizer(tmp_path):
+    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q8_0", chat_template="{{ messages[0]['content'] }}!")
+    lm = load_model(tmp_path / "m.gguf", device=torch.device("cpu"))
+    assert lm.tokenizer.encode("hi", bos=False) == [lm.tokenizer.tok.token_to_id("h"), lm.tokenizer.tok.token_to_id("i")]
+    assert lm.tokenizer.decode(lm.tokenizer.chat("hi")) == "hi!"
+
+
+def test_tokenizer_json_with_its_config(tmp_path):
+    """A Hugging Face checkpoint that ships tokenizer.json and tokenizer_config.json (bos, eos, chat_template)."""
+    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "F32")
+    embedded = load_model(tmp_path / "m.gguf", device=torch.device("cpu")).tokenizer
+    write_hf(tmp_path / "hf", SMALL, meta_state(SMALL))
+    embedded.tok.save(str(tmp_path / "hf" / "tokenizer.json"))
+    config = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "add_bos_token": True,
+              "chat_template": "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"}
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(config))
+    lm = load_model(tmp_path / "hf", device=torch.device("cpu"))
+    tok = lm.tokenizer
+    assert tok.encode("héllo") == [0] + embedded.encode("héllo", bos=False) and tok.decode(tok.encode("héllo")[1:]) == "héllo"
+    assert tok.decode(tok.chat("hi", system="sys")) == "[system] sys\n[user] hi\n"
