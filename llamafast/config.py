@@ -28,9 +28,14 @@ class ModelConfig:
     rope_theta: float = 10000.0
     max_seq_len: int = 4096  # context length: Llama 2 was trained on 4096 tokens
     hidden_dim: int | None = None  # FFN width F; None derives it from dim like Meta's FeedForward
+    # Llama 3.1's RoPE scaling (HF rope_type "llama3"): (factor, low_freq_factor, high_freq_factor, original
+    # context); None is plain RoPE. It only changes the rotation tables (model.rope_tables).
+    rope_scaling: tuple[float, float, float, int] | None = None
 
     def __post_init__(self) -> None:
         check_fields(self.__dict__)
+        if self.rope_scaling is not None:  # a JSON list from a llamafast checkpoint's metadata
+            object.__setattr__(self, "rope_scaling", tuple(self.rope_scaling))
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         if self.hidden_dim is None:

@@ -6,6 +6,7 @@ Positions live in a device tensor, so a decode step has static shapes and can be
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -100,7 +101,7 @@ class Transformer(nn.Module):
         for layer in self.layers:
             layer.register_buffer("k_cache", torch.zeros(shape, device=w.device, dtype=w.dtype), persistent=False)
             layer.register_buffer("v_cache", torch.zeros(shape, device=w.device, dtype=w.dtype), persistent=False)
-        cos, sin = rope_tables(c.head_dim, max_seq_len, c.rope_theta, w.device)
+        cos, sin = rope_tables(c.head_dim, max_seq_len, c.rope_theta, w.device, c.rope_scaling)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
@@ -138,11 +139,25 @@ class Transformer(nn.Module):
         return 2 * c.n_layers * c.kv_dim * self.tok_embeddings.weight.element_size()
 
 
-def rope_tables(head_dim: int, max_seq_len: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of pos * theta^(-2i/D), (Smax, D/2) fp32, computed as Meta's precompute_freqs_cis does."""
+def rope_tables(head_dim: int, max_seq_len: int, theta: float, device, scaling=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of pos * theta^(-2i/D), (Smax, D/2) fp32, computed as Meta's precompute_freqs_cis does; with
+    Llama 3.1's scaling the frequencies are first adjusted as transformers' _compute_llama3_parameters does."""
     freqs = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device)[: head_dim // 2].float() / head_dim))
+    if scaling is not None:
+        freqs = llama3_frequencies(freqs, *scaling)
     angles = torch.outer(torch.arange(max_seq_len, device=device).float(), freqs)
     return torch.cos(angles), torch.sin(angles)
+
+
+def llama3_frequencies(freqs: torch.Tensor, factor: float, low: float, high: float, original: int) -> torch.Tensor:
+    """Llama 3.1: wavelengths longer than original/low are slowed by factor, shorter than original/high kept,
+    and those between blended linearly in original/wavelength."""
+    wavelen = 2 * math.pi / freqs
+    scaled = torch.where(wavelen > original / low, freqs / factor, freqs)
+    smooth = (original / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= original / high) & (wavelen <= original / low)
+    return torch.where(medium, blended, scaled)
 
 
 def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: BackendOps, weights: WeightFormat,

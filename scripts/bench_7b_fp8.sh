@@ -4,7 +4,6 @@
 # Writes into OUTDIR (default scripts/results):
 #   bench_7b_fp8_e5m2.*, bench_7b_fp8_e4m3.*  triton on bf16 weights and on FP8 weights quantized from them, one run each
 #   kernels_7b_fp8_e5m2.*                     each decode kernel on E5M2 weights against its reference
-#   fp8_quality_7b.*                          logit error of FP8 against bf16 on 7B random weights
 #   convert_7b.json                           convert-fp8 of a 7B Hugging Face checkpoint (random bf16) from disk
 set -euo pipefail
 out=${1:-scripts/results}
@@ -15,7 +14,6 @@ for fmt in e5m2 e4m3; do
 done
 python -m llamafast bench --kernels --shape llama-2-7b --fp8 --context 4096 --out "$out/kernels_7b_fp8_e5m2.json" \
   | tee "$out/kernels_7b_fp8_e5m2.txt"
-python scripts/fp8_quality.py --random-7b --out "$out/fp8_quality_7b.json" | tee "$out/fp8_quality_7b.txt"
 src=${SCRATCH:-/tmp}/llama-2-7b-random-hf
 PYTHONPATH=. python scripts/make_random_checkpoint.py --shape llama-2-7b \
   --tokenizer llamafast/data/stories260K/tok512.model "$src"

@@ -131,3 +131,38 @@ def test_missing_layer_is_named(tmp_path, tiny_config):
     write_meta(tmp_path, tiny_config, state)
     with pytest.raises(LlamafastError, match=r"layers\.1\.attention\.wq\.weight and 8 more missing"):
         load_state(open_checkpoint(tmp_path), torch.device("cpu"), torch.float32)
+
+
+LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+           "original_max_position_embeddings": 64}
+
+
+@pytest.mark.parametrize("layout", ["rope_scaling", "rope_parameters"])
+def test_llama31_rope_scaling_in_either_layout(tmp_path, tiny_config, layout):
+    """Llama 3.1's rope_type llama3, in transformers 4's rope_scaling or transformers 5's rope_parameters, changes
+    only the rotation tables: low frequencies slowed by the factor, high ones kept (transformers' formula when
+    transformers is installed)."""
+    import json
+
+    from llamafast.model import rope_tables
+
+    write_hf(tmp_path, tiny_config, meta_state(tiny_config))
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg[layout] = {**LLAMA31, "rope_theta": 500000.0} if layout == "rope_parameters" else LLAMA31
+    cfg["rope_theta"] = 500000.0
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    config = open_checkpoint(tmp_path).config
+    assert config.rope_scaling == (8.0, 1.0, 4.0, 64) and config.rope_theta == 500000.0
+    cos, _ = rope_tables(64, 128, 500000.0, "cpu", config.rope_scaling)
+    plain, _ = rope_tables(64, 128, 500000.0, "cpu")
+    assert torch.equal(cos[:, 0], plain[:, 0]) and not torch.equal(cos[:, -1], plain[:, -1])
+    try:
+        from transformers import LlamaConfig
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    except ImportError:
+        return
+    hf = LlamaConfig(hidden_size=64 * 4, num_attention_heads=4, max_position_embeddings=128, rope_theta=500000.0,
+                     rope_scaling=LLAMA31)
+    inv_freq, _ = ROPE_INIT_FUNCTIONS["llama3"](hf, "cpu")
+    angles = torch.outer(torch.arange(128).float(), inv_freq.float())
+    torch.testing.assert_close(cos, torch.cos(angles), atol=1e-6, rtol=0)

@@ -13,6 +13,7 @@ import typer
 
 from llamafast.cli.bench import bench
 from llamafast.cli.convert import convert_fp8
+from llamafast.cli.eval import eval_command
 from llamafast.cli.generate import generate
 from llamafast.cli.info import info
 
@@ -44,3 +45,4 @@ app.command()(bench)
 app.command("convert-fp8")(convert_fp8)
 app.command()(generate)
 app.command()(info)
+app.command("eval")(eval_command)

@@ -45,7 +45,8 @@ def read_hf(path: Path) -> Checkpoint:
             "vocab_size": cfg.get("vocab_size"),
             "hidden_dim": cfg.get("intermediate_size"),
             "norm_eps": cfg.get("rms_norm_eps", 1e-5),
-            "rope_theta": _rope(cfg).get("rope_theta", cfg.get("rope_theta", 10000.0)),
+            "rope_theta": _rope(cfg)[1].get("rope_theta", cfg.get("rope_theta", 10000.0)),
+            "rope_scaling": _rope_scaling(cfg, origin),
             "max_seq_len": cfg.get("max_position_embeddings", 4096),
         },
         origin,
@@ -72,13 +73,31 @@ _HF_CONFIG_KEYS = {
 }
 
 
-def _rope(cfg: dict) -> dict:
-    """RoPE settings in either layout: transformers 5's `rope_parameters` table or the older top-level
-    `rope_theta` with an optional `rope_scaling` table."""
-    params = cfg.get("rope_parameters")
-    if params is not None and not isinstance(params, dict):
-        raise LlamafastError(f"config.json: rope_parameters must be a table, got {params!r}")
-    return params or {}
+def _rope(cfg: dict) -> tuple[str, dict]:
+    """(key, table) of the RoPE settings in either layout: transformers 5's `rope_parameters`, or the older
+    `rope_scaling` (beside a top-level `rope_theta`); an empty table is plain RoPE."""
+    for key in ("rope_parameters", "rope_scaling"):
+        table = cfg.get(key)
+        if table is not None:
+            if not isinstance(table, dict):
+                raise LlamafastError(f"config.json: {key} must be a table, got {json.dumps(table)}")
+            return key, table
+    return "rope_parameters", {}
+
+
+def _rope_scaling(cfg: dict, origin: Path) -> tuple[float, float, float, int] | None:
+    """None for plain RoPE; Llama 3.1's (factor, low_freq_factor, high_freq_factor, original context)."""
+    key, table = _rope(cfg)
+    kind = table.get("rope_type", table.get("type", "default"))
+    if kind == "default":
+        return None
+    if kind != "llama3":
+        raise LlamafastError(f"{origin}: {key}.rope_type = {json.dumps(kind)} is not supported by llamafast")
+    try:
+        return (float(table["factor"]), float(table["low_freq_factor"]), float(table["high_freq_factor"]),
+                int(table["original_max_position_embeddings"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise LlamafastError(f"{origin}: {key} of rope_type llama3 lacks a valid {e}") from None
 
 
 def _refuse_unimplemented(cfg: dict, origin: Path) -> None:
@@ -86,23 +105,17 @@ def _refuse_unimplemented(cfg: dict, origin: Path) -> None:
     by name; fields that do not change it (dropout, initializer_range, pretraining_tp, ...) are ignored."""
     head_dim = cfg.get("head_dim")
     heads, width = cfg.get("num_attention_heads"), cfg.get("hidden_size")
+    key, table = _rope(cfg)
     problems = {
-        "rope_parameters.rope_type": _rope(cfg).get("rope_type", _rope(cfg).get("type", "default")),
-        "rope_parameters.partial_rotary_factor": _rope(cfg).get("partial_rotary_factor", 1.0),
-        "rope_scaling": cfg.get("rope_scaling"),
-        "attention_bias": cfg.get("attention_bias", False),
-        "mlp_bias": cfg.get("mlp_bias", False),
-        "sliding_window": cfg.get("sliding_window"),
-        "hidden_act": cfg.get("hidden_act", "silu"),
+        f"{key}.partial_rotary_factor": (table.get("partial_rotary_factor", 1.0), (1, 1.0)),
+        "attention_bias": (cfg.get("attention_bias", False), (False,)),
+        "mlp_bias": (cfg.get("mlp_bias", False), (False,)),
+        "sliding_window": (cfg.get("sliding_window"), (None,)),
+        "hidden_act": (cfg.get("hidden_act", "silu"), ("silu",)),
     }
-    allowed = {"rope_parameters.rope_type": ("default",), "rope_parameters.partial_rotary_factor": (1, 1.0),
-               "rope_scaling": (None,), "attention_bias": (False,), "mlp_bias": (False,),
-               "sliding_window": (None,), "hidden_act": ("silu",)}
-    if isinstance(cfg.get("rope_scaling"), dict) and cfg["rope_scaling"].get("rope_type", "") == "default":
-        problems["rope_scaling"] = None  # an explicit default is no scaling
-    for key, value in problems.items():
-        if value not in allowed[key]:
-            raise LlamafastError(f"{origin}: {key} = {json.dumps(value)} is not supported by llamafast")
+    for name, (value, allowed) in problems.items():
+        if value not in allowed:
+            raise LlamafastError(f"{origin}: {name} = {json.dumps(value)} is not supported by llamafast")
     if head_dim is not None and isinstance(heads, int) and heads > 0 and head_dim * heads != width:
         raise LlamafastError(f"{origin}: head_dim = {head_dim} is not hidden_size / num_attention_heads "
                              f"({width} / {heads}), which llamafast does not support")

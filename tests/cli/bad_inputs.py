@@ -185,8 +185,8 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
              "hidden_size must be a positive integer"),
     ],
     "Arithmetic llamafast does not implement": [
-        Case(GENERATE, "transformers 5 rope_parameters with rope_type llama3",
-             lambda t: M(_hf(t, rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0})),
+        Case(GENERATE, "transformers 5 rope_parameters with rope_type yarn",
+             lambda t: M(_hf(t, rope_parameters={"rope_type": "yarn", "rope_theta": 500000.0, "factor": 8.0})),
              "rope_parameters.rope_type"),
         Case(GENERATE, "a top-level rope_scaling", lambda t: M(_hf(t, rope_scaling={"type": "linear", "factor": 2.0})),
              "rope_scaling"),
@@ -287,6 +287,11 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case(GENERATE, "a chat template that fails to render",
              lambda t: ["hi", "--chat", "--model", str(_gguf(t, chat_template="{{ raise_exception('no chat') }}"))],
              "chat template failed to render"),
+    ],
+    "eval": [
+        Case("eval", "an unknown --variant", lambda t: ["--variant", "fp9"], "choose from"),
+        Case("eval", "--tokens beyond the context", lambda t: ["--tokens", "600"], "context is 512"),
+        Case("eval", "a --text file of one token", lambda t: ["--text", str(_file(t, "one.txt", b""))], "nothing to score"),
     ],
     "bench and info": [
         Case("bench", "--random-weights without --shape", lambda t: ["--random-weights"], "--shape"),

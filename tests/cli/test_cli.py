@@ -270,3 +270,17 @@ def test_bench_prefill_bad_lengths(lens, needle):
 def test_bench_random_weights_needs_shape():
     _assert_clean_error(_run("bench", "--random-weights"), "--shape")
     _assert_clean_error(_run("bench", "--random-weights", "--shape", "llama-3"), "unknown shape", "llama-2-7b")
+
+
+def test_eval_scores_variants_against_the_base(tmp_path):
+    """A float32 variant of the float32 base is the same model: KL 0 and full agreement; bf16 differs a little."""
+    r = _run("eval", "--prompts", "1", "--tokens", "24", "--variant", "float32", "--variant", "bfloat16", "--json")
+    assert r.exit_code == 0, r.stderr
+    report = json.loads(r.stdout)
+    base, same, bf16 = report["results"]
+    assert report["tokens"] > 24 and base["perplexity"] > 1 and same["perplexity"] == base["perplexity"]
+    assert same["kl_mean"] == 0 and same["top1_agreement"] == 1
+    assert 0 < bf16["kl_mean"] < 0.05 and 0.8 < bf16["top1_agreement"] <= 1
+    (tmp_path / "t.txt").write_text("Once upon a time, there was a little girl named Lily. She liked to play.")
+    r = _run("eval", "--text", str(tmp_path / "t.txt"), "--variant", "fp8_e4m3", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["source"].startswith("text ")

@@ -1,0 +1,122 @@
+"""The quality lab behind `llamafast eval`: what a weight variant (another dtype, FP8) costs against the base
+model on the same token stream, in llama.cpp's quality figures: perplexity of each, and the KL divergence of the
+next-token distribution from the base's (mean, median, 99th percentile) with top-1 agreement.
+
+The stream is a user's text, or text the base model samples from a fixed set of prompts with a fixed seed (so
+no corpus is needed). Each piece of it runs teacher-forced through every model in one prefill, all positions'
+logits at once; the first position of a piece predicts nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from llamafast.config import SamplingConfig
+from llamafast.generate import Engine, stream_tokens
+from llamafast.load import LoadedModel
+
+# Plain-text openings in several registers, for the sampled stream.
+PROMPTS = [
+    "The history of the city began", "def parse_config(path):", "In this paper we show that",
+    "Once upon a time, in a small village,", "The recipe calls for", "Dear team, thank you for",
+    "The weather tomorrow will be", "Photosynthesis is the process by which",
+]
+
+
+@dataclass
+class VariantQuality:
+    name: str
+    perplexity: float
+    kl_mean: float | None = None  # KL(base || variant) per position, nats
+    kl_median: float | None = None
+    kl_p99: float | None = None
+    top1_agreement: float | None = None  # share of positions whose argmax equals the base's
+
+
+@dataclass
+class QualityReport:
+    model: str
+    base: str
+    tokens: int  # positions scored
+    source: str  # "text FILE" or "sampled: N prompts x T tokens, seed S"
+    results: list[VariantQuality] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def sampled_stream(lm: LoadedModel, n_prompts: int, n_tokens: int, seed: int) -> list[list[int]]:
+    """Each of the first n_prompts PROMPTS followed by n_tokens the base model samples (temperature 1, top-p 1)."""
+    tok, pieces = lm.tokenizer, []
+    for i, prompt in enumerate(PROMPTS[:n_prompts]):
+        torch.manual_seed(seed + i)
+        ids = tok.encode(prompt)
+        engine = Engine(lm.model, SamplingConfig(temperature=1.0, top_p=1.0, seed=seed + i), len(ids) + n_tokens,
+                        n_vocab=tok.vocab_size)
+        pieces.append(ids + list(stream_tokens(engine, ids, n_tokens)))
+    return pieces
+
+
+def text_stream(lm: LoadedModel, text: str, window: int) -> list[list[int]]:
+    """The text's ids in windows of at most `window` tokens (each scored on its own)."""
+    ids = lm.tokenizer.encode(text)
+    return [ids[i : i + window] for i in range(0, len(ids), window) if len(ids[i : i + window]) > 1]
+
+
+@torch.no_grad()
+def log_probs(lm: LoadedModel, piece: list[int]) -> torch.Tensor:
+    """(S - 1, V) fp32 log-probabilities of the next token at every position but the last."""
+    model = lm.model
+    device = model.tok_embeddings.weight.device
+    model.setup_cache(len(piece))
+    tokens = torch.tensor(piece, device=device)
+    logits = model(tokens, torch.zeros((), dtype=torch.long, device=device), all_logits=True)[:-1]
+    return torch.log_softmax(logits.float(), dim=-1).cpu()
+
+
+def compare(base: LoadedModel, variants: dict[str, LoadedModel], pieces: list[list[int]], model: str,
+            source: str) -> QualityReport:
+    nll = {name: [] for name in ["base", *variants]}
+    kls, agree = {name: [] for name in variants}, {name: [] for name in variants}
+    for piece in pieces:
+        targets = torch.tensor(piece[1:])[:, None]
+        ref = log_probs(base, piece)
+        nll["base"].append(-ref.gather(1, targets)[:, 0])
+        for name, lm in variants.items():
+            lp = log_probs(lm, piece)
+            nll[name].append(-lp.gather(1, targets)[:, 0])
+            kls[name].append((ref.exp() * (ref - lp)).sum(dim=-1).clamp_min(0))
+            agree[name].append((ref.argmax(-1) == lp.argmax(-1)).float())
+    report = QualityReport(model, base.weights, sum(len(p) - 1 for p in pieces), source)
+    report.results.append(VariantQuality("base (" + base.weights + ")", _ppl(nll["base"])))
+    for name in variants:
+        kl = torch.cat(kls[name]).double()
+        report.results.append(VariantQuality(
+            name, _ppl(nll[name]), kl.mean().item(), kl.median().item(), torch.quantile(kl, 0.99).item(),
+            torch.cat(agree[name]).mean().item()))
+    return report
+
+
+def _ppl(nll: list[torch.Tensor]) -> float:
+    return math.exp(torch.cat(nll).double().mean().item())
+
+
+VARIANTS = ("fp8_e5m2", "fp8_e4m3", "bfloat16", "float16", "float32")
+
+
+def make_variant(lm: LoadedModel, name: str) -> LoadedModel:
+    """The base model's weights as `name`: FP8 quantized from them, or the whole model in another dtype."""
+    from llamafast.backends import build
+    from llamafast.load import quantized
+    from llamafast.quant import FP8Format
+
+    if name.startswith("fp8_"):
+        return quantized(lm, FP8Format(name.removeprefix("fp8_")))
+    dtype = getattr(torch, name)
+    state = {k: v.to(dtype) if v.is_floating_point() and not k.endswith(".scale") else v
+             for k, v in lm.model.state_dict().items()}
+    model = build(lm.model.config, state, lm.backend, *lm.model.weight_formats)
+    return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, 0.0, name)

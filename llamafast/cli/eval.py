@@ -1,0 +1,74 @@
+"""`llamafast eval`: what FP8 weights or another dtype cost in quality on a real model (perplexity, KL divergence
+of the next-token distribution from the base model, top-1 agreement), as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from llamafast.bench.quality import PROMPTS, VARIANTS, compare, make_variant, sampled_stream, text_stream
+from llamafast.cli.common import (
+    DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, device_or_default, pick, progress_bar, read_prompt,
+    stdout_console,
+)
+from llamafast.config import Backend, DType
+from llamafast.errors import LlamafastError
+from llamafast.load import load_model, open_model
+
+
+def eval_command(
+    model: ModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    variant: Annotated[Optional[list[str]], typer.Option(help=f"Weights to compare with the base (repeatable): {', '.join(VARIANTS)} [default: fp8_e5m2 and fp8_e4m3].")] = None,
+    text: Annotated[Optional[Path], typer.Option(help="Score this UTF-8 text file instead of text the base model samples.")] = None,
+    prompts: Annotated[int, typer.Option(help=f"Sampled stream: how many of the {len(PROMPTS)} built-in prompts.")] = len(PROMPTS),
+    tokens: Annotated[int, typer.Option(help="Sampled stream: tokens the base model samples after each prompt.")] = 128,
+    seed: Annotated[int, typer.Option(help="Sampled stream: the seed.")] = 0,
+    window: Annotated[Optional[int], typer.Option(help="With --text: tokens per teacher-forced piece [default: 1024, or the context if shorter].")] = None,
+    device: DeviceOpt = None,
+    dtype: DTypeOpt = None,
+    backend: Annotated[Optional[Backend], typer.Option(help="Backend for every model [default: triton on CUDA, reference on the CPU].")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    out: Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file.")] = None,
+):
+    """Measure what other weights cost against the base model: perplexity, KL divergence, top-1 agreement."""
+    with clean_errors():
+        names = variant or ["fp8_e5m2", "fp8_e4m3"]
+        unknown = [n for n in names if n not in VARIANTS]
+        if unknown:
+            raise LlamafastError(f"--variant {unknown[0]}: choose from {', '.join(VARIANTS)}")
+        if not 1 <= prompts <= len(PROMPTS) or tokens < 1 or (window is not None and window < 2):
+            raise LlamafastError(f"--prompts must be 1..{len(PROMPTS)}, --tokens at least 1, --window at least 2")
+        dev = device_or_default(device)
+        opened = open_model(model, tokenizer)
+        context = opened.config.max_seq_len
+        window = pick(window, min(1024, context))
+        if (text is None and tokens + 32 > context) or window > context:
+            raise LlamafastError(f"the model's context is {context} tokens; use fewer --tokens or a smaller --window")
+        with progress_bar() as update:
+            base = load_model(opened, None, dev, pick(dtype, DType.auto), backend, update)
+        if text is not None:
+            pieces, source = text_stream(base, read_prompt(None, text), window), f"text {text}"
+        else:
+            pieces = sampled_stream(base, prompts, tokens, seed)
+            source = f"sampled by the base model: {prompts} prompts x {tokens} tokens, seed {seed}"
+        if not pieces:
+            raise LlamafastError(f"{text} holds fewer than 2 tokens: nothing to score")
+        report = compare(base, {n: make_variant(base, n) for n in names}, pieces, base.source, source)
+        if out is not None:
+            out.write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+        if json_out:
+            print(json.dumps(report.to_dict()))
+            return
+        console = stdout_console()
+        console.print(f"{report.model}: {report.tokens} positions, {source}; KL(base || variant) in nats")
+        table = Table("weights", "perplexity", "KL mean", "KL median", "KL p99", "top-1 agreement")
+        for r in report.results:
+            kl = ["-"] * 3 if r.kl_mean is None else [f"{r.kl_mean:.5f}", f"{r.kl_median:.5f}", f"{r.kl_p99:.4f}"]
+            agree = "-" if r.top1_agreement is None else f"{100 * r.top1_agreement:.2f}%"
+            table.add_row(r.name, f"{r.perplexity:.4f}", *kl, agree)
+        console.print(table)
