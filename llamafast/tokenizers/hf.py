@@ -1,7 +1,8 @@
-"""Byte-level BPE tokenizers through Hugging Face's `tokenizers` library: a `tokenizer.json` (Llama 3, TinyLlama,
-SmolLM) with its `tokenizer_config.json`, or the vocabulary and merges inside a GGUF file (`tokenizer.ggml.model`
-= gpt2), built the way transformers builds them from GGUF (byte-level pre-tokenizer, llama.cpp's split regex
-for the Llama 3 family, control tokens kept whole). Chat prompts come from the model's own Jinja template.
+"""Tokenizers through Hugging Face's `tokenizers` library: a `tokenizer.json` (Llama 3, TinyLlama, SmolLM) with its
+`tokenizer_config.json`, or the vocabulary inside a GGUF file, built the way transformers builds them from GGUF:
+byte-level BPE (`tokenizer.ggml.model` = gpt2; llama.cpp's split regex for the Llama 3 family) or SentencePiece-
+style BPE (llama: Llama 2's GGUF files), control tokens kept whole. Chat prompts come from the model's own
+Jinja template.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from llamafast.errors import LlamafastError
 from llamafast.tokenizers.chat import render_chat_template
@@ -56,17 +57,27 @@ class HFTokenizer:
 
 
 def from_gguf(fields: dict, path: Path) -> HFTokenizer:
-    """The tokenizer a GGUF file carries (fields: tokenizer.ggml.* without the prefix, and chat_template)."""
-    kind = fields.get("model")
-    if kind != "gpt2":
-        raise LlamafastError(f"{path}: its embedded tokenizer is {kind!r}; llamafast builds byte-level BPE (gpt2) "
-                             "tokenizers from GGUF files: pass --tokenizer tokenizer.model or tokenizer.json")
-    tokens, merges = list(fields.get("tokens") or []), fields.get("merges") or []
+    """The tokenizer a GGUF file carries (fields: tokenizer.ggml.* without the prefix, and chat_template):
+    byte-level BPE (`gpt2`) or SentencePiece-style BPE (`llama`, Llama 2's own), as transformers builds them."""
+    kind, tokens = fields.get("model"), list(fields.get("tokens") or [])
+    if kind not in ("gpt2", "llama"):
+        raise LlamafastError(f"{path}: its embedded tokenizer is {kind!r}; llamafast builds gpt2 (byte-level BPE) "
+                             "and llama (SentencePiece) ones: pass --tokenizer tokenizer.model or tokenizer.json")
     if not tokens:
         raise LlamafastError(f"{path}: the GGUF file has no tokenizer vocabulary")
-    bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[tuple(m.split(" ", 1)) for m in merges],
-                     fuse_unk=False)
-    tok = Tokenizer(bpe)
+    tok = _byte_level(tokens, fields) if kind == "gpt2" else _sentencepiece(tokens, fields)
+    types = list(fields.get("token_type") or [])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t, k in zip(tokens, types) if k == _CONTROL])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, types) if k == _USER_DEFINED])
+    add_bos = fields.get("add_bos_token", kind == "llama")  # llama.cpp adds BOS to SentencePiece vocabularies
+    return HFTokenizer(tok, path, fields.get("bos_token_id"), fields.get("eos_token_id", -1), bool(add_bos),
+                       fields.get("chat_template"), len(tokens))
+
+
+def _byte_level(tokens: list[str], fields: dict) -> Tokenizer:
+    merges = [tuple(m.split(" ", 1)) for m in fields.get("merges") or []]
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
     split = _SPLITS.get(fields.get("pre"))
     if split is None:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -74,12 +85,29 @@ def from_gguf(fields: dict, path: Path) -> HFTokenizer:
         tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated"),
                                                      pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
-    types = list(fields.get("token_type") or [])
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, k in zip(tokens, types) if k == _CONTROL])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, types) if k == _USER_DEFINED])
-    return HFTokenizer(tok, path, fields.get("bos_token_id"), fields.get("eos_token_id", -1),
-                       bool(fields.get("add_bos_token", False)), fields.get("chat_template"), len(tokens))
+    return tok
+
+
+def _sentencepiece(tokens: list[str], fields: dict) -> Tokenizer:
+    """SentencePiece BPE: merges recovered from the pieces' scores (each split of a piece into two pieces ranks by
+    the piece's score), byte fallback for <0xNN> pieces, "▁" for spaces with one prepended."""
+    vocab = {t: i for i, t in enumerate(tokens)}
+    scores = fields.get("scores") or [0.0] * len(tokens)
+    merges = []
+    for t, score in zip(tokens, scores):  # transformers' generate_merges: by score, then longer halves first
+        pairs = [(t[:i], t[i:], score) for i in range(1, len(t)) if t[:i] in vocab and t[i:] in vocab]
+        merges += sorted(pairs, key=lambda m: (vocab[m[0]], vocab[m[1]]))
+    merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
+    unk = tokens[fields.get("unknown_token_id", 0)]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[m[:2] for m in merges], unk_token=unk, fuse_unk=True,
+                               byte_fallback=True))
+    # As SentencePiece and llama.cpp do: a "▁" before every text, even one that starts with a space (transformers'
+    # Metaspace "first" skips it there, and " hi" would tokenize differently from Llama 2's own tokenizer).
+    steps = [normalizers.Prepend("\u2581")] if fields.get("add_space_prefix", True) else []
+    tok.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    return tok
 
 
 def from_json(path: Path) -> HFTokenizer:
