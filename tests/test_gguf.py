@@ -174,3 +174,13 @@ def test_sentencepiece_style_gguf_tokenizer_equals_sentencepiece(model):
     for text in texts:
         assert ours.encode(text) == spm.encode(text), text
         assert ours.decode(spm.encode(text, bos=False)) == spm.decode(spm.encode(text, bos=False)), text
+
+
+def test_gguf_straight_to_fp8(tmp_path):
+    """--fp8 quantizes the dequantized GGUF weights as they stream; the LM head (tied) gets its own FP8 copy."""
+    from llamafast.quant import FP8Format
+
+    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q8_0")
+    lm = load_model(tmp_path / "m.gguf", device=torch.device("cpu"), fp8=FP8Format.e4m3)
+    assert lm.weights == "fp8_e4m3" and lm.model.layers[0].attention.wqkv.weight.dtype == torch.int8
+    assert lm.model.output.weight.dtype == torch.int8 and lm.model.tok_embeddings.weight.dtype == torch.float32
