@@ -156,7 +156,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def _tokenizer(ckpt: Checkpoint) -> Tokenizer:
     if ckpt.tokenizer is None:
-        raise LlamafastError(f"no tokenizer.model found beside {ckpt.path}; pass --tokenizer")
+        raise LlamafastError(f"no tokenizer.model or tokenizer.json found beside {ckpt.path}; pass --tokenizer")
     tok = open_tokenizer(ckpt.tokenizer, ckpt.embedded_tokenizer)
     if tok.vocab_size > ckpt.config.vocab_size:
         raise LlamafastError(

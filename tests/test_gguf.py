@@ -184,3 +184,17 @@ def test_gguf_straight_to_fp8(tmp_path):
     lm = load_model(tmp_path / "m.gguf", device=torch.device("cpu"), fp8=FP8Format.e4m3)
     assert lm.weights == "fp8_e4m3" and lm.model.layers[0].attention.wqkv.weight.dtype == torch.int8
     assert lm.model.output.weight.dtype == torch.int8 and lm.model.tok_embeddings.weight.dtype == torch.float32
+
+
+def test_convert_fp8_of_a_gguf_keeps_its_tokenizer_and_template(tmp_path):
+    """convert-fp8 writes the GGUF's own tokenizer as tokenizer.json + tokenizer_config.json (never the GGUF file
+    itself as tokenizer.model), so the converted model encodes and chats as the GGUF did."""
+    from llamafast.formats.convert import convert_fp8
+
+    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_1", chat_template="<{{ messages[0]['content'] }}>")
+    convert_fp8(tmp_path / "m.gguf", tmp_path / "fp8", device=torch.device("cpu"))
+    assert {p.name for p in (tmp_path / "fp8").iterdir()} == {"model.safetensors", "tokenizer.json",
+                                                              "tokenizer_config.json"}
+    a, b = load_model(tmp_path / "m.gguf", device=torch.device("cpu")), load_model(tmp_path / "fp8", device=torch.device("cpu"))
+    assert b.weights == "fp8_e5m2" and b.tokenizer.encode("héllo wörld") == a.tokenizer.encode("héllo wörld")
+    assert b.tokenizer.decode(b.tokenizer.chat("hi")) == "<hi>"

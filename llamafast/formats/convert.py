@@ -7,13 +7,16 @@ place at the end (formats/writer.py), so an interrupted conversion leaves no DST
 
 from __future__ import annotations
 
+import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from llamafast.formats import open_checkpoint
+from llamafast.tokenizers import open_tokenizer
 from llamafast.errors import LlamafastError
 from llamafast.quant import FP8Format, QuantStats, is_quantized_linear, quantize, scale_name
 from llamafast.formats.common import Progress
@@ -56,7 +59,7 @@ def convert_fp8(
     if weight_format(ckpt) != "native":
         raise LlamafastError(f"{src} already holds {weight_format(ckpt)} weights")
     if ckpt.tokenizer is None:
-        raise LlamafastError(f"no tokenizer.model found beside {src}; pass --tokenizer")
+        raise LlamafastError(f"no tokenizer.model or tokenizer.json found beside {src}; pass --tokenizer")
     plan = tensor_plan(ckpt)
     if "output.weight" not in plan and not keep_lm_head:  # tied: the LM head gets its own FP8 copy
         plan["output.weight"] = ["tok_embeddings.weight"]
@@ -92,7 +95,7 @@ def convert_fp8(
         "source_format": ckpt.format,
         "lm_head": "kept" if keep_lm_head else "fp8",
     }
-    save_checkpoint(dst, ckpt.config, specs, produce, metadata, ckpt.tokenizer, force, progress, [src])
+    save_checkpoint(dst, ckpt.config, specs, produce, metadata, tokenizer_writer(ckpt), force, progress, [src])
     report.seconds = time.perf_counter() - t0
     report.bytes_written = sum(f.stat().st_size for f in Path(dst).iterdir())
     return report
@@ -108,3 +111,21 @@ def _anon_rss_gb() -> float | None:
     except OSError:
         pass
     return None
+
+
+def tokenizer_writer(ckpt) -> Callable[[Path], None]:
+    """What the converted checkpoint gets for a tokenizer: tokenizer.model copied; tokenizer.json copied with the
+    tokenizer_config.json beside it; a GGUF file's own tokenizer saved as tokenizer.json + tokenizer_config.json."""
+    path = Path(ckpt.tokenizer)
+
+    def write(folder: Path) -> None:
+        if path.suffix == ".json":
+            shutil.copyfile(path, folder / "tokenizer.json")
+            if path.with_name("tokenizer_config.json").is_file():
+                shutil.copyfile(path.with_name("tokenizer_config.json"), folder / "tokenizer_config.json")
+        elif ckpt.embedded_tokenizer is not None and path.suffix != ".model":
+            open_tokenizer(path, ckpt.embedded_tokenizer).save(folder)
+        else:
+            shutil.copyfile(path, folder / "tokenizer.model")
+
+    return write

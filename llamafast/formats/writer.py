@@ -30,12 +30,12 @@ def save_checkpoint(
     specs: list[tuple[str, tuple[int, ...], torch.dtype]],
     produce: Callable[[str], torch.Tensor],
     metadata: dict[str, str],
-    tokenizer: Path | None,
+    tokenizer: Callable[[Path], None] | None,
     force: bool = False,
     progress: Progress | None = None,
     sources: Iterable[Path] = (),
 ) -> None:
-    """Writes dst/model.safetensors one tensor at a time, then dst/tokenizer.model.
+    """Writes dst/model.safetensors one tensor at a time, then the tokenizer files (tokenizer(folder) writes them).
 
     Everything goes into a temporary directory beside dst that is renamed into place at the end, so an
     interrupted, terminated or failed write leaves no dst behind; the directory of a process killed by SIGKILL
@@ -50,7 +50,7 @@ def save_checkpoint(
             meta = {LLAMAFAST_FORMAT_KEY: "1", "config": json.dumps(config.to_dict()), **metadata}
             _write_safetensors(tmp / "model.safetensors", specs, produce, meta, progress)
             if tokenizer is not None:
-                shutil.copyfile(tokenizer, tmp / "tokenizer.model")
+                tokenizer(tmp)
             umask = os.umask(0)
             os.umask(umask)
             tmp.chmod(0o777 & ~umask)  # mkdtemp made it 0700: others could not read the model
@@ -66,7 +66,7 @@ def save_checkpoint(
 
 
 _TMP_MARK = ".llamafast-tmp-"  # .{dst name}.llamafast-tmp-{pid}-{random}: the pid tells a stale one
-_OUTPUT_FILES = {"model.safetensors", "tokenizer.model"}
+_OUTPUT_FILES = {"model.safetensors", "tokenizer.model", "tokenizer.json", "tokenizer_config.json"}
 
 
 def check_destination(dst: Path, force: bool, sources: Iterable[Path] = ()) -> None:

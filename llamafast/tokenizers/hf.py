@@ -48,6 +48,14 @@ class HFTokenizer:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         return self.dialog(messages + [{"role": "user", "content": user}])
 
+    def save(self, folder: Path) -> None:
+        """tokenizer.json and a tokenizer_config.json that from_json reads back (convert-fp8 of a GGUF file)."""
+        self.tok.save(str(folder / "tokenizer.json"))
+        config = {"bos_token": self.tok.id_to_token(self.bos_id) if self.bos_id >= 0 else None,
+                  "eos_token": self.tok.id_to_token(self.eos_id), "add_bos_token": self.add_bos,
+                  "chat_template": self.chat_template}
+        (folder / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=1) + "\n")
+
     def dialog(self, messages: list[dict[str, str]]) -> list[int]:
         if self.chat_template is None:
             raise LlamafastError(f"{self.path} has no chat template; --chat needs one")
