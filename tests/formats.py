@@ -1,7 +1,7 @@
 """Writers of small synthetic checkpoints in the formats users have, for the loader tests.
 
 Written from the formats' descriptions (Meta's fairscale sharding, HF's rotate-half permutation,
-llama2.c export.py), independently of llamafast/checkpoint.py, so the loaders are checked against them.
+llama2.c export.py), independently of llamafast/formats/, so the loaders are checked against them.
 """
 
 from __future__ import annotations

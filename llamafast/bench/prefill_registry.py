@@ -1,6 +1,6 @@
 """PREFILL: each prompt kernel with its torch reference, inputs for M tokens at position pos, and FLOPs.
 
-Tests and scripts/bench_prefill_kernels.py take their inputs from here. The cache holds pos + M positions
+Tests and `llamafast bench --kernels --prefill` take their inputs from here. The cache holds pos + M positions
 (rounded up to 64), so the chunk attends to pos earlier positions. Legend as in registry.py.
 """
 
