@@ -31,11 +31,14 @@ class ModelConfig:
     # Llama 3.1's RoPE scaling (HF rope_type "llama3"): (factor, low_freq_factor, high_freq_factor, original
     # context); None is plain RoPE. It only changes the rotation tables (model.rope_tables).
     rope_scaling: tuple[float, float, float, int] | None = None
+    # The same scaling as llama.cpp stores it (GGUF rope_freqs.weight): one divisor per rotation frequency (D/2).
+    rope_freq_factors: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         check_fields(self.__dict__)
-        if self.rope_scaling is not None:  # a JSON list from a llamafast checkpoint's metadata
-            object.__setattr__(self, "rope_scaling", tuple(self.rope_scaling))
+        for name in ("rope_scaling", "rope_freq_factors"):  # JSON lists from a llamafast checkpoint's metadata
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         if self.hidden_dim is None:

@@ -101,7 +101,7 @@ class Transformer(nn.Module):
         for layer in self.layers:
             layer.register_buffer("k_cache", torch.zeros(shape, device=w.device, dtype=w.dtype), persistent=False)
             layer.register_buffer("v_cache", torch.zeros(shape, device=w.device, dtype=w.dtype), persistent=False)
-        cos, sin = rope_tables(c.head_dim, max_seq_len, c.rope_theta, w.device, c.rope_scaling)
+        cos, sin = rope_tables(c.head_dim, max_seq_len, c.rope_theta, w.device, c.rope_scaling, c.rope_freq_factors)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
@@ -139,12 +139,16 @@ class Transformer(nn.Module):
         return 2 * c.n_layers * c.kv_dim * self.tok_embeddings.weight.element_size()
 
 
-def rope_tables(head_dim: int, max_seq_len: int, theta: float, device, scaling=None) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(head_dim: int, max_seq_len: int, theta: float, device, scaling=None,
+                factors=None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of pos * theta^(-2i/D), (Smax, D/2) fp32, computed as Meta's precompute_freqs_cis does; with
-    Llama 3.1's scaling the frequencies are first adjusted as transformers' _compute_llama3_parameters does."""
+    Llama 3.1's scaling the frequencies are first adjusted as transformers' _compute_llama3_parameters does, or
+    divided by llama.cpp's stored factors (GGUF rope_freqs)."""
     freqs = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device)[: head_dim // 2].float() / head_dim))
     if scaling is not None:
         freqs = llama3_frequencies(freqs, *scaling)
+    if factors is not None:
+        freqs = freqs / torch.tensor(factors, device=device, dtype=torch.float32)
     angles = torch.outer(torch.arange(max_seq_len, device=device).float(), freqs)
     return torch.cos(angles), torch.sin(angles)
 

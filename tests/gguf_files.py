@@ -40,7 +40,7 @@ def encode(w: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
 
 
 def write_gguf(path: Path, config: ModelConfig, state: dict[str, torch.Tensor], kind: str = "F32",
-               arch: str = "llama", chat_template: str | None = None) -> None:
+               arch: str = "llama", chat_template: str | None = None, rope_freqs: np.ndarray | None = None) -> None:
     """Linear weights and the embedding in `kind`, norms in F32; Meta's Q/K row order, as llama.cpp stores it."""
     from gguf import GGMLQuantizationType, GGUFWriter
 
@@ -56,6 +56,8 @@ def write_gguf(path: Path, config: ModelConfig, state: dict[str, torch.Tensor], 
     w.add_layer_norm_rms_eps(config.norm_eps)
     w.add_rope_dimension_count(config.head_dim)
     _tokenizer(w, config.vocab_size, chat_template)
+    if rope_freqs is not None:  # Llama 3.1's scaled RoPE, as llama.cpp's converter writes it
+        w.add_tensor("rope_freqs.weight", rope_freqs.astype(np.float32))
     for name, t in state.items():
         data = t.float().numpy()
         if data.ndim == 1 or kind == "F32":

@@ -198,3 +198,36 @@ def test_convert_fp8_of_a_gguf_keeps_its_tokenizer_and_template(tmp_path):
     a, b = load_model(tmp_path / "m.gguf", device=torch.device("cpu")), load_model(tmp_path / "fp8", device=torch.device("cpu"))
     assert b.weights == "fp8_e5m2" and b.tokenizer.encode("héllo wörld") == a.tokenizer.encode("héllo wörld")
     assert b.tokenizer.decode(b.tokenizer.chat("hi")) == "<hi>"
+
+
+def test_reader_leaves_numpy_memmap_as_it_was(tmp_path):
+    """formats/gguf.py swaps numpy.memmap only while the reader parses (plain views are 3x faster to slice)."""
+    memmap = np.memmap
+    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "F16")
+    open_checkpoint(tmp_path / "m.gguf")
+    assert np.memmap is memmap
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF" + b"\0" * 10)
+    with pytest.raises(Exception, match="not a readable GGUF"):
+        open_checkpoint(tmp_path / "bad.gguf")
+    assert np.memmap is memmap
+
+
+def test_llama31_rope_freqs_in_gguf_equal_the_llama3_scaling():
+    """llama.cpp stores Llama 3.1's RoPE scaling as rope_freqs.weight, a divisor per frequency: the model's rotation
+    tables equal those of the same scaling read from a Hugging Face config (rope_type llama3)."""
+    import tempfile
+
+    from llamafast.model import llama3_frequencies, rope_tables
+
+    d, theta, scaling = SMALL.head_dim, 500000.0, (8.0, 1.0, 4.0, 32)
+    plain = 1.0 / (theta ** (torch.arange(0, d, 2).float() / d))
+    factors = (plain / llama3_frequencies(plain, *scaling)).numpy()
+    config = ModelConfig(**{**SMALL.__dict__, "rope_theta": theta})
+    with tempfile.TemporaryDirectory() as tmp:
+        write_gguf(Path(tmp) / "m.gguf", config, meta_state(config), "F32", rope_freqs=factors)
+        lm = load_model(Path(tmp) / "m.gguf", device=torch.device("cpu"))
+    lm.model.setup_cache(64)
+    want_cos, want_sin = rope_tables(d, 64, theta, "cpu", scaling)
+    torch.testing.assert_close(lm.model.rope_cos, want_cos, atol=1e-5, rtol=0)
+    torch.testing.assert_close(lm.model.rope_sin, want_sin, atol=1e-5, rtol=0)
+    assert not torch.allclose(lm.model.rope_cos, rope_tables(d, 64, theta, "cpu")[0], atol=1e-3)

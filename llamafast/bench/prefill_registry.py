@@ -40,7 +40,7 @@ def _cache_len(m: int, pos: int) -> int:
 
 def _qkv_inputs(c: ModelConfig, dtype, device, m, pos, fp8=None):
     smax = _cache_len(m, pos)
-    cos, sin = rope_tables(c.head_dim, smax, c.rope_theta, device, c.rope_scaling)
+    cos, sin = rope_tables(c.head_dim, smax, c.rope_theta, device, c.rope_scaling, c.rope_freq_factors)
     w, s = weight(c.qkv_dim, c.dim, dtype, device, fp8)
     caches = [cache(c, dtype, device, smax) for _ in range(2)]
     position = torch.tensor(pos, device=device)

@@ -61,7 +61,7 @@ def cache(c: ModelConfig, dtype, device, context: int):
 
 
 def _qkv_inputs(c: ModelConfig, dtype, device, context, fp8=None):
-    cos, sin = rope_tables(c.head_dim, context, c.rope_theta, device, c.rope_scaling)
+    cos, sin = rope_tables(c.head_dim, context, c.rope_theta, device, c.rope_scaling, c.rope_freq_factors)
     pos = torch.tensor(context - 1, device=device)
     w, s = weight(c.qkv_dim, c.dim, dtype, device, fp8)
     caches = cache(c, dtype, device, context), cache(c, dtype, device, context)
