@@ -122,7 +122,7 @@ def _converted(tmp: Path) -> Path:
 def _gguf(tmp: Path, kind: str = "F32", arch: str = "llama", chat_template: str | None = None) -> Path:
     from llamafast.config import ModelConfig
 
-    from ..gguf_files import write_gguf
+    from ..gguf_models.gguf_files import write_gguf
 
     config = ModelConfig(**{**SMALL, "multiple_of": 32})  # rows of whole 32-value quant blocks
     write_gguf(tmp / "m.gguf", config, meta_state(config), kind, arch, chat_template)

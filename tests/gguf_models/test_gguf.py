@@ -20,12 +20,12 @@ from llamafast.tokenizers import StreamDecoder
 from llamafast.tokenizers.chat import render_chat_template
 from llamafast.weights import load_state
 
-from .conftest import TESTDATA
-from .formats import fused, meta_state, write_hf
+from ..conftest import TESTDATA
+from ..formats import fused, meta_state, write_hf
 from .gguf_files import encode, gguf_name, write_gguf
 
 SMOLLM2 = TESTDATA / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-GOLDEN = json.loads((Path(__file__).parent / "data" / "golden_smollm2.json").read_text())
+GOLDEN = json.loads((Path(__file__).parents[1] / "data" / "golden_smollm2.json").read_text())
 requires_smollm2 = pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"SmolLM2 GGUF not found at {SMOLLM2}")
 
 
@@ -162,7 +162,7 @@ def test_sentencepiece_style_gguf_tokenizer_equals_sentencepiece(model):
     from llamafast.tokenizers import Tokenizer
     from llamafast.tokenizers.hf import from_gguf
 
-    from .conftest import LLAMA2C
+    from ..conftest import LLAMA2C
 
     path = bundled_model().with_name("tok512.model") if model == "bundled" else LLAMA2C / "tokenizer.model"
     if not path.is_file():
