@@ -1,8 +1,8 @@
-"""Model sizes as data, and run presets.
+"""Model sizes as data, and the choices a run is made of.
 
-ModelConfig uses the field names of Meta's params.json, so ModelConfig(**params) works.
-MODEL_CONFIGS holds the shapes llamafast knows by exact name; RunConfig is how a run is set up
-(device, dtype, backend, sampling), loadable from the TOML presets in configs/.
+ModelConfig uses the field names of Meta's params.json, so ModelConfig(**params) works. MODEL_CONFIGS holds
+the shapes llamafast knows by exact name; Backend, DType, WeightFormat and SamplingConfig are the choices every
+command shares (the TOML run presets that set them live in cli/presets.py).
 """
 
 from __future__ import annotations
