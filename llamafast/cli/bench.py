@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,7 +13,7 @@ from llamafast.bench.prefill import run_prefill_bench
 from llamafast.cli.bench_kernels import bench_kernels_command
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context, clean_errors,
-    device_or_default, path_or, pick, preset, progress_bar, stdout_console,
+    device_or_default, emit_json, path_or, pick, preset, progress_bar, stdout_console,
 )
 from llamafast.config import MODEL_CONFIGS, Backend, DType, model_config
 from llamafast.errors import LlamafastError
@@ -27,7 +26,7 @@ def bench(
     model: ModelOpt = None,
     tokenizer: TokenizerOpt = None,
     random_weights: Annotated[bool, typer.Option("--random-weights", help="Random weights built on the device; needs --shape.")] = False,
-    shape: Annotated[Optional[str], typer.Option(help="Shape for --random-weights: llama-2-7b, llama-2-13b, llama-2-70b, smollm2-135m, stories260K.")] = None,
+    shape: Annotated[Optional[str], typer.Option(help=f"Shape for --random-weights: {', '.join(MODEL_CONFIGS)}.")] = None,
     prompt_len: Annotated[Optional[int], typer.Option(help="Prompt tokens [default: 16].")] = None,
     new_tokens: Annotated[Optional[int], typer.Option(help="Tokens to decode [default: 256].")] = None,
     backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable; default: all the device runs, triton alone with --fp8).")] = None,
@@ -54,9 +53,10 @@ def bench(
         dev = device_or_default(pick(device, run.device))
         fmt = fp8_format if fp8 else None
         if kernels:
-            lengths = _lengths(prompt_lens, model_config(pick(shape, run.shape) or "llama-2-7b").max_seq_len, True)
-            return bench_kernels_command(pick(shape, run.shape) or "llama-2-7b", dev, pick(dtype, DType.bfloat16),
-                                         context, fmt, lengths if prefill else None, json_out, out)
+            name = pick(shape, run.shape) or "llama-2-7b"
+            lengths = _lengths(prompt_lens, model_config(name).max_seq_len, True)
+            return bench_kernels_command(name, dev, pick(dtype, DType.bfloat16), context, fmt,
+                                         lengths if prefill else None, json_out, out)
         source = _source(run, model, tokenizer, random_weights, shape)  # checked before any weights load
         max_seq_len = model_config(source).max_seq_len if isinstance(source, str) else source.config.max_seq_len
         if prefill:
@@ -71,11 +71,7 @@ def bench(
         lm = _bench_model(run, source, dev, dtype)
         models = [lm, quantized(lm, fmt)] if fmt else [lm]
         report = run_bench(models, backend or default, n_prompt, n_new)
-        if out is not None:
-            out.write_text(json.dumps(report.to_dict(), indent=1) + "\n")
-        if json_out:
-            print(json.dumps(report.to_dict()))
-        else:
+        if not emit_json(report.to_dict(), out, json_out):
             _print_report(report)
 
 
@@ -102,10 +98,7 @@ def _bench_prefill(lm, backends, lengths: list[int], reps: int, chunk: int, json
     device = lm.model.tok_embeddings.weight.device
     default = [Backend.triton, Backend.reference] if device.type == "cuda" else [Backend.reference]
     report = run_prefill_bench(lm, backends or default, lengths, reps, chunk)
-    if out is not None:
-        out.write_text(json.dumps(report.to_dict(), indent=1) + "\n")
-    if json_out:
-        print(json.dumps(report.to_dict()))
+    if emit_json(report.to_dict(), out, json_out):
         return
     env = report.environment
     console = stdout_console()

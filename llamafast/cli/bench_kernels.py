@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -11,7 +10,7 @@ from rich.table import Table
 
 from llamafast.bench.common import copy_bandwidth, environment
 from llamafast.bench.kernels import bench_kernels, bench_prefill_kernels, flash_vs_sdpa
-from llamafast.cli.common import stdout_console
+from llamafast.cli.common import emit_json, stdout_console
 from llamafast.config import DType, model_config
 from llamafast.errors import LlamafastError
 
@@ -34,10 +33,7 @@ def bench_kernels_command(shape: str, dev, dtype: DType, context: int, fp8, leng
               "environment": environment(dev), "kernels": [r.to_dict() for r in rows]}
     if lengths is not None:
         report["flash_vs_sdpa"] = flash_vs_sdpa(dtype=torch_dtype)
-    if out is not None:
-        out.write_text(json.dumps(report, indent=1) + "\n")
-    if json_out:
-        print(json.dumps(report))
+    if emit_json(report, out, json_out):
         return
     env, console = report["environment"], stdout_console()
     where = f"context {context}" if lengths is None else f"prompts of {', '.join(map(str, lengths))} tokens"

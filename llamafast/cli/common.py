@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -130,6 +131,16 @@ def check_context(n_prompt: int, max_new: int, context: int) -> None:
 
 def path_or(value: Path | None, preset_value: str | None) -> Path | None:
     return value if value is not None else (Path(preset_value) if preset_value else None)
+
+
+def emit_json(data: dict, out: Path | None, json_out: bool) -> bool:
+    """Writes a report to --out (indented) and prints it with --json; True when it was printed, so the caller
+    prints no table."""
+    if out is not None:
+        out.write_text(json.dumps(data, indent=1) + "\n")
+    if json_out:
+        print(json.dumps(data))
+    return json_out
 
 
 def stdout_console() -> Console:

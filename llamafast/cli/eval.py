@@ -3,7 +3,6 @@ of the next-token distribution from the base model, top-1 agreement), as a table
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,8 +11,8 @@ from rich.table import Table
 
 from llamafast.bench.quality import PROMPTS, VARIANTS, compare, make_variant, sampled_stream, text_stream
 from llamafast.cli.common import (
-    DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, device_or_default, pick, progress_bar, read_prompt,
-    stdout_console,
+    DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, device_or_default, emit_json, pick, progress_bar,
+    read_prompt, stdout_console,
 )
 from llamafast.config import Backend, DType
 from llamafast.errors import LlamafastError
@@ -59,10 +58,7 @@ def eval_command(
         if not pieces:
             raise LlamafastError(f"{text} holds fewer than 2 tokens: nothing to score")
         report = compare(base, {n: make_variant(base, n) for n in names}, pieces, base.source, source)
-        if out is not None:
-            out.write_text(json.dumps(report.to_dict(), indent=1) + "\n")
-        if json_out:
-            print(json.dumps(report.to_dict()))
+        if emit_json(report.to_dict(), out, json_out):
             return
         console = stdout_console()
         console.print(f"{report.model}: {report.tokens} positions, {source}; KL(base || variant) in nats")
