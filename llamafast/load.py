@@ -19,7 +19,7 @@ from llamafast.model import Transformer
 from llamafast.quant import FP8Format
 from llamafast.tokenizers import Tokenizer, open_tokenizer
 from llamafast.weights import (
-    checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, weight_format,
+    checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, weights_label,
 )
 
 _DTYPES = {DType.float32: torch.float32, DType.bfloat16: torch.bfloat16, DType.float16: torch.float16}
@@ -114,9 +114,8 @@ def load_model(
     formats = (fp8.format, fp8.format) if fp8 else checkpoint_formats(ckpt)
     model = build(ckpt.config, state, backend, *formats)
     _sync(device)
-    weights = fp8.weights if fp8 else weight_format(ckpt)
-    weights = _dtype_name(torch_dtype) if weights == "native" else weights
-    return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0, weights)
+    return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0,
+                       weights_label(formats[0], torch_dtype))
 
 
 def random_model(
@@ -138,8 +137,8 @@ def random_model(
     else:
         model = build(config, state, backend)
     _sync(device)
-    weights = fp8.weights if fp8 else _dtype_name(torch_dtype)
-    return LoadedModel(model, None, backend, "random", shape, time.perf_counter() - t0, weights)
+    return LoadedModel(model, None, backend, "random", shape, time.perf_counter() - t0,
+                       weights_label(model.weight_formats[0], torch_dtype))
 
 
 def quantized(lm: LoadedModel, fp8: FP8Format) -> LoadedModel:
@@ -148,10 +147,6 @@ def quantized(lm: LoadedModel, fp8: FP8Format) -> LoadedModel:
     model = build(lm.model.config, quantize_state(lm.model.state_dict(), fp8), lm.backend, fp8.format)
     _sync(lm.model.tok_embeddings.weight.device)
     return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, fp8.weights)
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _tokenizer(ckpt: Checkpoint) -> Tokenizer:

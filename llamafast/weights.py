@@ -31,6 +31,11 @@ def checkpoint_formats(ckpt: Checkpoint) -> tuple[WeightFormat, WeightFormat]:
     return weights, WeightFormat.float if ckpt.metadata.get("lm_head") == "kept" else weights
 
 
+def weights_label(fmt: WeightFormat, dtype: torch.dtype) -> str:
+    """How reports name the weights: the float dtype ("bfloat16"), or the FP8 format ("fp8_e5m2")."""
+    return str(dtype).removeprefix("torch.") if fmt == WeightFormat.float else fmt.value
+
+
 def validate(ckpt: Checkpoint) -> None:
     """Every tensor the config implies is there with the implied shape and a dtype its format allows,
     and nothing else is."""

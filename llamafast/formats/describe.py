@@ -10,7 +10,7 @@ from llamafast.formats import expected_shapes, open_checkpoint
 from llamafast.config import ModelConfig, model_config
 from llamafast.load import bundled_model
 from llamafast.tokenizers import open_tokenizer
-from llamafast.weights import checkpoint_dtype, validate, weight_format
+from llamafast.weights import checkpoint_dtype, checkpoint_formats, validate, weights_label
 
 
 def _numel(shape) -> int:
@@ -45,8 +45,7 @@ def describe_checkpoint(path: Path | None, tokenizer: Path | None = None) -> dic
     ckpt = open_checkpoint(path or bundled_model(), tokenizer)
     validate(ckpt)
     tensors = {name: (ref.shape, ref.dtype) for name, ref in ckpt.tensors.items()}
-    fmt = weight_format(ckpt)
-    weights = str(checkpoint_dtype(ckpt)).removeprefix("torch.") if fmt == "native" else fmt
+    weights = weights_label(checkpoint_formats(ckpt)[0], checkpoint_dtype(ckpt))
     out = {"path": str(ckpt.path), "format": ckpt.format, **_summary(ckpt.config, tensors, weights)}
     if ckpt.metadata:
         out["metadata"] = {k: v for k, v in ckpt.metadata.items() if k != "config"}
