@@ -13,6 +13,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from llamafast.errors import LlamafastError
+from llamafast.formats.common import read_json
 from llamafast.tokenizers.chat import render_chat_template
 
 # llama.cpp's pre-tokenizer split for the Llama 3 family (tokenizer.ggml.pre); other byte-level vocabularies
@@ -124,22 +125,13 @@ def from_json(path: Path) -> HFTokenizer:
         tok = Tokenizer.from_file(str(path))
     except Exception as e:  # the library raises its own Exception subclass for a file it cannot parse
         raise LlamafastError(f"{path} is not a tokenizer.json that the tokenizers library can read ({e})") from None
-    config = _config(path.with_name("tokenizer_config.json"))
+    config_path = path.with_name("tokenizer_config.json")
+    config = read_json(config_path) if config_path.is_file() else {}
     bos, eos = _token_id(tok, config.get("bos_token")), _token_id(tok, config.get("eos_token"))
     if eos is None:
         raise LlamafastError(f"{path}: no eos_token in tokenizer_config.json beside it")
     return HFTokenizer(tok, path, bos, eos, bool(config.get("add_bos_token", bos is not None)),
                        config.get("chat_template"))
-
-
-def _config(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError) as e:
-        raise LlamafastError(f"cannot read {path}: {e}") from None
-    return data if isinstance(data, dict) else {}
 
 
 def _token_id(tok: Tokenizer, token) -> int | None:
