@@ -6,11 +6,11 @@ in tests/kernels/ and a bench entry in llamafast/bench/registry.py (REGISTRY, de
 """
 
 from .decode_attention import decode_attention
-from .flash_attention import flash_attention
+from .prefill.flash_attention import flash_attention
 from .linear_residual import linear_residual
-from .prefill_linear import prefill_linear_residual, prefill_lm_head
-from .prefill_qkv_rope import prefill_qkv_rope
-from .prefill_swiglu import prefill_swiglu
+from .prefill.prefill_linear import prefill_linear_residual, prefill_lm_head
+from .prefill.prefill_qkv_rope import prefill_qkv_rope
+from .prefill.prefill_swiglu import prefill_swiglu
 from .rmsnorm_lm_head import rmsnorm_lm_head
 from .rmsnorm_qkv_rope import rmsnorm_qkv_rope
 from .rmsnorm_swiglu import rmsnorm_swiglu

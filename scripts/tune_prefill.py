@@ -25,8 +25,8 @@ from llamafast.config import Backend, DType, SamplingConfig, model_config
 from llamafast.generate import Engine
 from llamafast.load import random_model
 from llamafast.bench.prefill_registry import PREFILL
-from llamafast.kernels.flash_attention import FlashConfig
-from llamafast.kernels.tiles import TileConfig
+from llamafast.kernels.prefill.flash_attention import FlashConfig
+from llamafast.kernels.prefill.tiles import TileConfig
 
 # The package exports the kernel functions under the modules' names, so fetch the modules themselves.
 fa_mod, prefill_linear, prefill_qkv_rope, prefill_swiglu = (

@@ -13,8 +13,8 @@ from llamafast import reference
 
 from .common import DEVICE, ODD, ON_GPU
 
-launcher = importlib.import_module("llamafast.kernels.launcher")
-rows = importlib.import_module("llamafast.kernels.rmsnorm_rows")
+launcher = importlib.import_module("llamafast.kernels.prefill.launcher")
+rows = importlib.import_module("llamafast.kernels.prefill.rmsnorm_rows")
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a GPU")
 
 

@@ -9,7 +9,7 @@ import torch
 from llamafast.bench.prefill_registry import PREFILL
 from llamafast.quant import FP8Format
 
-from llamafast.kernels.tiles import HOST_DESCRIPTOR_ROWS, TMA_MIN_ROWS
+from llamafast.kernels.prefill.tiles import HOST_DESCRIPTOR_ROWS, TMA_MIN_ROWS
 
 from .common import DEVICE, DOT_DTYPES, FP8, ON_GPU, SHAPES, tolerance
 

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from llamafast.config import WeightFormat
 
-from ._common import check_rows, check_vector, next_pow2
+from .._common import check_rows, check_vector, next_pow2
 from .launcher import Launcher
 from .rmsnorm_rows import rmsnorm_rows
 from .tiles import TileConfig, matmul

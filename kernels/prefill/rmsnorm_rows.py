@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import next_pow2
+from .._common import next_pow2
 from .launcher import Launcher
 
 

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from llamafast.config import WeightFormat
 
-from ._common import check_rows, check_vector, w_fp8
+from .._common import check_rows, check_vector, w_fp8
 from .launcher import Launcher
 from .rmsnorm_rows import rmsnorm_rows
 from .tiles import TileConfig, dot_tiles, launch, operands, row_scale, tile_config, tile_offsets

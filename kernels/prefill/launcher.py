@@ -19,7 +19,7 @@ import torch
 import triton
 from triton.runtime import driver
 
-from ._common import INTERPRET
+from .._common import INTERPRET
 
 _KNOBS = getattr(triton, "knobs", None)  # triton >= 3.4; older releases always take triton's path
 

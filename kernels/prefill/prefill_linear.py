@@ -13,7 +13,7 @@ import torch
 
 from llamafast.config import WeightFormat
 
-from ._common import check_rows, check_vector
+from .._common import check_rows, check_vector
 from .rmsnorm_rows import rmsnorm_rows
 from .tiles import TileConfig, matmul
 

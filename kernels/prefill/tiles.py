@@ -18,7 +18,7 @@ import triton.language as tl
 
 from llamafast.config import WeightFormat
 
-from ._common import INTERPRET, cdiv, decode_weights, dot_dim, w_fp8
+from .._common import INTERPRET, cdiv, decode_weights, dot_dim, w_fp8
 from .launcher import Launcher
 
 

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, cdiv, dot_dim
+from .._common import INTERPRET, cdiv, dot_dim
 from .launcher import Launcher
 
 LOG2E = 1.4426950408889634
