@@ -14,9 +14,10 @@ from .prefill.prefill_swiglu import prefill_swiglu
 from .rmsnorm_lm_head import rmsnorm_lm_head
 from .rmsnorm_qkv_rope import rmsnorm_qkv_rope
 from .rmsnorm_swiglu import rmsnorm_swiglu
+from .sparse_ffn import sparse_ffn
 
 __all__ = [
     "decode_attention", "flash_attention", "linear_residual",
     "prefill_linear_residual", "prefill_lm_head", "prefill_qkv_rope", "prefill_swiglu", "rmsnorm_lm_head",
-    "rmsnorm_qkv_rope", "rmsnorm_swiglu",
+    "rmsnorm_qkv_rope", "rmsnorm_swiglu", "sparse_ffn",
 ]

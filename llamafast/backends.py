@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from llamafast import reference
-from llamafast.config import Backend, ModelConfig, WeightFormat
+from llamafast.config import Backend, ModelConfig, SparseLayout, WeightFormat
 from llamafast.errors import LlamafastError
 from llamafast.model import Transformer, assemble
 
@@ -29,6 +29,8 @@ class Ops:
     linear_residual: Callable
     rmsnorm_swiglu: Callable
     rmsnorm_lm_head: Callable
+    sparse_ffn: Callable  # a sparsified model's FFN over the active groups
+    linear_residual_t: Callable  # its dense down projection (w2t transposed): cuBLAS on every backend
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,8 @@ class BackendOps:
 
 
 REFERENCE_OPS = Ops(reference.rmsnorm_qkv_rope, reference.attention, reference.linear_residual,
-                    reference.rmsnorm_swiglu, reference.rmsnorm_lm_head)
+                    reference.rmsnorm_swiglu, reference.rmsnorm_lm_head, reference.sparse_ffn,
+                    reference.linear_residual_t)
 
 
 def backend_ops(backend: Backend) -> BackendOps:
@@ -51,9 +54,10 @@ def backend_ops(backend: Backend) -> BackendOps:
     from llamafast import kernels  # imports Triton only when its backend is chosen
 
     decode = Ops(kernels.rmsnorm_qkv_rope, kernels.decode_attention, kernels.linear_residual, kernels.rmsnorm_swiglu,
-                 kernels.rmsnorm_lm_head)
+                 kernels.rmsnorm_lm_head, kernels.sparse_ffn, reference.linear_residual_t)
+    # Prompts stay dense; a sparse prompt (the quality lab) runs the reference sparse FFN.
     prefill = Ops(kernels.prefill_qkv_rope, kernels.flash_attention, kernels.prefill_linear_residual,
-                  kernels.prefill_swiglu, kernels.prefill_lm_head)
+                  kernels.prefill_swiglu, kernels.prefill_lm_head, reference.sparse_ffn, reference.linear_residual_t)
     return BackendOps(backend, decode, prefill, "graph")
 
 
@@ -63,6 +67,7 @@ def build(
     backend: Backend = Backend.reference,
     weights: WeightFormat = WeightFormat.float,
     head: WeightFormat | None = None,
+    layout: SparseLayout | None = None,
 ) -> Transformer:
     """A model on state's tensors for `backend`; weights is the layers' linear weight format, head the LM head's
     (default: the same)."""
@@ -71,9 +76,12 @@ def build(
     if backend == Backend.triton and e4m3 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
         name = torch.cuda.get_device_name(device)
         raise LlamafastError(f"E4M3 weights need compute capability 8.9 or newer (Ada, Hopper); {name} lacks it")
-    return assemble(config, state, backend_ops(backend), weights, head or weights)
+    return assemble(config, state, backend_ops(backend), weights, head or weights, layout)
 
 
 def with_backend(model: Transformer, backend: Backend) -> Transformer:
     """The same weights (shared, not copied) in a model built for another backend; bench compares them."""
-    return build(model.config, model.state_dict(), backend, *model.weight_formats)
+    out = build(model.config, model.state_dict(), backend, *model.weight_formats, model.layout)
+    if model.sparse is not None:
+        out.set_sparsity(model.sparse)
+    return out

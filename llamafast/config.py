@@ -146,6 +146,43 @@ class WeightFormat(str, Enum):
         return ("float", "fp8_e5m2", "fp8_e4m3").index(self.value)
 
 
+class SparseMode(str, Enum):
+    """How a sparse FFN picks the neuron groups it runs for a token (llamafast/sparse.py)."""
+
+    router = "router"  # a trained linear router scores each group before anything runs: gate, up, down skipped
+    gate = "gate"  # the gate projection runs dense; groups with little |SiLU(gate)| skip up and down
+
+
+# The sparsity levels a sparsified checkpoint carries thresholds for; a run picks any value in between.
+SPARSE_LEVELS = tuple(round(0.05 * i, 2) for i in range(20))  # 0, 0.05, ..., 0.95
+MAX_SPARSITY = SPARSE_LEVELS[-1]
+
+
+@dataclass(frozen=True)
+class SparseLayout:
+    """How a sparsified checkpoint's FFN is stored: neurons permuted into contiguous groups of group_size, the
+    down projection transposed (w2t, one row per neuron), a router and a threshold table per layer."""
+
+    group_size: int
+    levels: tuple[float, ...] = SPARSE_LEVELS
+    default: float = 0.5  # the sparsity a run uses unless told otherwise (sparsify --sparsity)
+
+    def n_groups(self, hidden_dim: int) -> int:
+        return hidden_dim // self.group_size
+
+
+@dataclass(frozen=True)
+class SparseRun:
+    """What a run asks of a sparse FFN: the fraction of groups to skip, and how they are picked."""
+
+    sparsity: float
+    mode: SparseMode = SparseMode.router
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.sparsity <= MAX_SPARSITY:
+            raise LlamafastError(f"--sparsity must be in [0, {MAX_SPARSITY}], got {self.sparsity}")
+
+
 class DType(str, Enum):
     auto = "auto"  # the checkpoint's dtype on CUDA, float32 on the CPU
     float32 = "float32"

@@ -19,7 +19,7 @@ from llamafast.model import Transformer
 from llamafast.quant import FP8Format
 from llamafast.tokenizers import Tokenizer, open_tokenizer
 from llamafast.weights import (
-    checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, weights_label,
+    checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, sparse_layout, weights_label,
 )
 
 _DTYPES = {DType.float32: torch.float32, DType.bfloat16: torch.bfloat16, DType.float16: torch.float16}
@@ -112,7 +112,7 @@ def load_model(
     state = load_state(ckpt, device, torch_dtype, progress, fp8)
     backend = resolve_backend(backend, device)
     formats = (fp8.format, fp8.format) if fp8 else checkpoint_formats(ckpt)
-    model = build(ckpt.config, state, backend, *formats)
+    model = build(ckpt.config, state, backend, *formats, sparse_layout(ckpt))
     _sync(device)
     return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0,
                        weights_label(formats[0], torch_dtype))
@@ -144,7 +144,8 @@ def random_model(
 def quantized(lm: LoadedModel, fp8: FP8Format) -> LoadedModel:
     """The same model with FP8 linear weights quantized from lm's (lm is kept: bench runs both)."""
     t0 = time.perf_counter()
-    model = build(lm.model.config, quantize_state(lm.model.state_dict(), fp8), lm.backend, fp8.format)
+    model = build(lm.model.config, quantize_state(lm.model.state_dict(), fp8), lm.backend, fp8.format,
+                  layout=lm.model.layout)
     _sync(lm.model.tok_embeddings.weight.device)
     return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, fp8.weights)
 

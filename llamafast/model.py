@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from llamafast.config import ModelConfig, WeightFormat
+from llamafast.config import ModelConfig, SparseLayout, SparseMode, SparseRun, WeightFormat
 from llamafast.errors import LlamafastError
 
 if TYPE_CHECKING:
@@ -45,44 +45,66 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, c: ModelConfig):
+    def __init__(self, c: ModelConfig, layout: SparseLayout | None = None):
         super().__init__()
         self.w1 = _Linear(c.hidden_dim, c.dim)  # gate
-        self.w2 = _Linear(c.dim, c.hidden_dim)  # down
         self.w3 = _Linear(c.hidden_dim, c.dim)  # up
+        if layout is None:
+            self.w2 = _Linear(c.dim, c.hidden_dim)  # down
+            return
+        # Sparsified (llamafast/sparse.py): neurons permuted into groups, the down projection transposed (one
+        # row per neuron; E4M3 scales per output column), a router and per-level thresholds [router, gate].
+        self.w2t = _Linear(c.hidden_dim, c.dim)
+        self.router = _Linear(layout.n_groups(c.hidden_dim), c.dim)
+        self.router_bias = _weight(layout.n_groups(c.hidden_dim))
+        self.thresholds = _weight(2, len(layout.levels))
+
+    def run_ffn(self, h, ops, norm_w, eps: float, sparse: SparseRun | None, group_size: int):
+        """h + FFN(norm(h)): dense, or over the groups this token's router or gate picks."""
+        w1, w3 = self.w1, self.w3
+        if sparse is not None:
+            router = (self.router.weight, self.router_bias) if sparse.mode == SparseMode.router else (None, None)
+            return ops.sparse_ffn(h, norm_w, w1.weight, w3.weight, self.w2t.weight, *router, self.threshold,
+                                  self.work, eps, group_size, sparse.mode, w1.scale, w3.scale, self.w2t.scale,
+                                  fmt=w1.fmt)
+        f = ops.rmsnorm_swiglu(h, norm_w, w1.weight, w3.weight, eps, w1.scale, w3.scale, fmt=w1.fmt)
+        if hasattr(self, "w2t"):
+            return ops.linear_residual_t(f, self.w2t.weight, h, self.w2t.scale, fmt=self.w2t.fmt)
+        return ops.linear_residual(f, self.w2.weight, h, self.w2.scale, fmt=self.w2.fmt)  # (S, C)
 
 
 class Block(nn.Module):
-    def __init__(self, c: ModelConfig):
+    def __init__(self, c: ModelConfig, layout: SparseLayout | None = None):
         super().__init__()
         self.attention = Attention(c)
-        self.feed_forward = FeedForward(c)
+        self.feed_forward = FeedForward(c, layout)
         self.attention_norm = _Norm(c.dim)
         self.ffn_norm = _Norm(c.dim)
 
-    def forward(self, x, pos, rope_cos, rope_sin, ops, eps: float):
+    def forward(self, x, pos, rope_cos, rope_sin, ops, eps: float, sparse: SparseRun | None = None, group: int = 0):
         k_cache, v_cache = self.k_cache, self.v_cache  # (KVH, Smax, D) each, set up by Transformer.setup_cache
-        qkv, wo, ffn = self.attention.wqkv, self.attention.wo, self.feed_forward
+        qkv, wo = self.attention.wqkv, self.attention.wo
         q = ops.rmsnorm_qkv_rope(
             x, self.attention_norm.weight, qkv.weight, rope_cos, rope_sin, pos, k_cache, v_cache, eps, qkv.scale,
             fmt=qkv.fmt,
         )  # (S, H, D); k and v went into the caches
         h = ops.linear_residual(ops.attention(q, k_cache, v_cache, pos), wo.weight, x, wo.scale, fmt=wo.fmt)
-        f = ops.rmsnorm_swiglu(h, self.ffn_norm.weight, ffn.w1.weight, ffn.w3.weight, eps, ffn.w1.scale, ffn.w3.scale,
-                               fmt=ffn.w1.fmt)
-        return ops.linear_residual(f, ffn.w2.weight, h, ffn.w2.scale, fmt=ffn.w2.fmt)  # (S, C)
+        return self.feed_forward.run_ffn(h, ops, self.ffn_norm.weight, eps, sparse, group)
 
 
 class Transformer(nn.Module):
     """Build on the meta device, then load_state_dict(state, assign=True) and setup_cache()."""
 
-    def __init__(self, config: ModelConfig, backend: BackendOps):
+    def __init__(self, config: ModelConfig, backend: BackendOps, layout: SparseLayout | None = None):
         super().__init__()
         self.config = config
         self.backend = backend  # decode ops (S = 1), prefill ops (S > 1), how a decode step runs
+        self.layout = layout  # a sparsified model's FFN layout, else None
+        self.sparse: SparseRun | None = None  # set_sparsity: how decode steps run the FFN (None: dense)
+        self.sparse_prefill = False  # whether prompts run the sparse FFN too (the quality lab's teacher forcing)
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
         self.tok_embeddings.weight.requires_grad_(False)
-        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(Block(config, layout) for _ in range(config.n_layers))
         self.norm = _Norm(config.dim)
         self.output = _Linear(config.vocab_size, config.dim)
         self.cache_len = 0
@@ -110,12 +132,47 @@ class Transformer(nn.Module):
         ops = self.backend.decode if tokens.shape[0] == 1 else self.backend.prefill
         x = self.tok_embeddings.weight[tokens]  # (S, C)
         eps = self.config.norm_eps
+        sparse = self.sparse if tokens.shape[0] == 1 or self.sparse_prefill else None
+        group = self.layout.group_size if self.layout else 0
         for layer in self.layers:
-            x = layer(x, pos, self.rope_cos, self.rope_sin, ops, eps)
+            x = layer(x, pos, self.rope_cos, self.rope_sin, ops, eps, sparse, group)
         if not all_logits:
             x = x[-1:]
         head = self.backend.decode if x.shape[0] == 1 else ops  # one row: the decode GEMV
         return head.rmsnorm_lm_head(x, self.norm.weight, self.output.weight, eps, self.output.scale, fmt=self.output.fmt)
+
+    def set_sparsity(self, run: SparseRun | None) -> None:
+        """How the decode steps that follow run the FFN: dense (None, or sparsity 0) or as run says, with each
+        layer's threshold interpolated in the checkpoint's table. Set it before an Engine captures its graph
+        (the mode is baked into the graph; a new sparsity only rewrites the thresholds). Counters restart."""
+        if run is not None and self.layout is None:
+            raise LlamafastError("--sparsity needs a sparsified checkpoint (make one with llamafast sparsify)")
+        self.sparse = run if run is not None and run.sparsity > 0 else None
+        if self.sparse is None:
+            return
+        levels = self.layout.levels
+        i = min(max(j for j, level in enumerate(levels) if level <= run.sparsity), len(levels) - 2)
+        t = (run.sparsity - levels[i]) / (levels[i + 1] - levels[i])
+        row = 0 if run.mode == SparseMode.router else 1
+        for layer in self.layers:
+            ffn = layer.feed_forward
+            table = ffn.thresholds[row].float()
+            if not hasattr(ffn, "work"):  # per-layer device scratch, kept for the graphs that capture it
+                n, device = ffn.router_bias.numel(), table.device
+                ffn.register_buffer("threshold", torch.zeros(1, device=device), persistent=False)
+                ffn.register_buffer("work", torch.zeros(4 + 2 * n, dtype=torch.int32, device=device), persistent=False)
+            ffn.threshold.copy_((table[i] + (table[i + 1] - table[i]) * t).reshape(1))
+            ffn.work.zero_()
+
+    def sparse_counts(self) -> tuple[int, int]:
+        """(groups run, groups that could have run) over every sparse FFN call since set_sparsity."""
+        ran = possible = 0
+        for layer in self.layers:
+            work = getattr(layer.feed_forward, "work", None)
+            if work is not None:
+                calls, groups = work[2:4].tolist()
+                ran, possible = ran + groups, possible + calls * layer.feed_forward.router_bias.numel()
+        return ran, possible
 
     @property
     def weight_formats(self) -> tuple[WeightFormat, WeightFormat]:
@@ -165,12 +222,12 @@ def llama3_frequencies(freqs: torch.Tensor, factor: float, low: float, high: flo
 
 
 def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: BackendOps, weights: WeightFormat,
-             head: WeightFormat) -> Transformer:
+             head: WeightFormat, layout: SparseLayout | None = None) -> Transformer:
     """The model on `state`'s tensors (no copies), its ops fixed for its life; llamafast.backends.build calls it.
     weights is the format of every layer's linear weights, head the LM head's; both are checked against the
     tensors, never guessed from them."""
     with torch.device("meta"):
-        model = Transformer(config, backend)
+        model = Transformer(config, backend, layout)
     state = dict(state)
     scales = {name: state.pop(name) for name in [n for n in state if n.endswith(".scale")]}
     model.load_state_dict(state, assign=True, strict=True)
@@ -180,7 +237,7 @@ def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backe
         model.output.weight = model.tok_embeddings.weight  # tied: one tensor, counted once
     for name, linear in model.named_modules():
         if isinstance(linear, _Linear):
-            linear.fmt = head if name == "output" else weights
+            linear.fmt = head if name == "output" else WeightFormat.float if name.endswith("router") else weights
             _check_format(name, linear)
     return model.eval()
 

@@ -93,8 +93,34 @@ def dequantize(w: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype, 
 
 
 def is_quantized_linear(name: str) -> bool:
-    """The weights FP8 applies to: every linear layer and the LM head; never norms or the embedding table."""
-    return name.endswith(("wqkv.weight", "wo.weight", "w1.weight", "w2.weight", "w3.weight", "output.weight"))
+    """The weights FP8 applies to: every linear layer and the LM head; never norms, the embedding table or a
+    sparse FFN's router (1% of the bytes, and its scores decide which groups run)."""
+    return name.endswith(("wqkv.weight", "wo.weight", "w1.weight", "w2.weight", "w2t.weight", "w3.weight",
+                          "output.weight"))
+
+
+def is_transposed(name: str) -> bool:
+    """A sparsified model's down projection w2t (F, C): quantized as w2 (C, F) is, per output channel, so its
+    E4M3 scales are per column and sparsify and convert-fp8 give the same bits in either order."""
+    return name.endswith("w2t.weight")
+
+
+def quantize_named(w: torch.Tensor, fmt: FP8Format, name: str) -> tuple[torch.Tensor, torch.Tensor | None, QuantStats]:
+    """quantize, with w2t's scales per column."""
+    if not is_transposed(name):
+        return quantize(w, fmt, name)
+    q, scale, stats = quantize(w.t(), fmt, name)
+    return q.t().contiguous(), scale, stats
+
+
+def scale_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shape[1:] if is_transposed(name) else shape[:1]
+
+
+def keeps_fp32(name: str) -> bool:
+    """Tensors loaded in fp32 whatever the model's dtype: E4M3 scales, and a sparse FFN's router biases and
+    threshold tables (thresholds sit between scores that bf16 would round together)."""
+    return name.endswith((".scale", ".router_bias", ".thresholds"))
 
 
 def scale_name(weight_name: str) -> str:

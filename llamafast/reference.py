@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from llamafast.config import WeightFormat
+from llamafast.config import SparseMode, WeightFormat
 from llamafast.quant import dequantize
 
 FLOAT = WeightFormat.float
@@ -82,3 +82,54 @@ def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None, fmt=FLO
 def rmsnorm_lm_head(x, norm_w, w, eps, w_scale=None, fmt=FLOAT):
     """Final norm and LM head: logits (S, V) in fp32. w (V, C): 262 MB at 7B."""
     return (rmsnorm(x, norm_w, eps) @ dequantize(w, w_scale, x.dtype, fmt).T).float()
+
+
+# The sparse FFN (llamafast/sparse.py builds its parts). Groups of G neurons are contiguous rows of w1 and w3
+# and of w2t, the down projection stored transposed (F, C); its E4M3 scales are per output column (C,), the
+# same numbers as w2's per-row scales. work is the kernels' int32 scratch: [count, ticket, calls, groups run
+# so far, the active groups' ids (n), each group's flag (n)]; the reference fills the same counters.
+
+def linear_residual_t(x, w2t, residual, w2t_scale=None, fmt=FLOAT):
+    """residual + x @ w2t for a transposed weight (F, C): the dense down projection of a sparsified model."""
+    return residual + x @ dequantize_t(w2t, w2t_scale, x.dtype, fmt)
+
+
+def dequantize_t(w2t, scale, dtype, fmt):
+    return dequantize(w2t.t(), scale, dtype, fmt).t()
+
+
+def select_groups(h, w1, router_w, router_b, threshold, group_size, mode, w1_scale=None, fmt=FLOAT):
+    """(active groups (S, n) bool, SiLU(gate) (S, F) or None) for the normed input h (S, C) in the model dtype.
+    router: sigmoid(h @ router_w.T + router_b) > threshold. gate: sum over the group of |SiLU(h @ w1.T)| >
+    threshold (the gate is then already computed)."""
+    if mode == SparseMode.router:
+        scores = torch.sigmoid((h @ router_w.T).float() + router_b)
+        return scores > threshold, None
+    act = F.silu(h @ dequantize(w1, w1_scale, h.dtype, fmt).T)
+    mass = act.float().abs().unflatten(-1, (-1, group_size)).sum(-1)
+    return mass > threshold, act
+
+
+def sparse_ffn(x, norm_w, w1, w3, w2t, router_w, router_b, threshold, work, eps, group_size, mode,
+               w1_scale=None, w3_scale=None, w2t_scale=None, fmt=FLOAT):
+    """x + the FFN of norm(x) over the active groups only: x (S, C) -> (S, C), summed in fp32."""
+    dtype = x.dtype
+    h = rmsnorm(x, norm_w, eps)
+    active, act = select_groups(h, w1, router_w, router_b, threshold, group_size, mode, w1_scale, fmt)
+    if act is None:
+        act = F.silu(h @ dequantize(w1, w1_scale, dtype, fmt).T)
+    keep = active.repeat_interleave(group_size, dim=-1)
+    f = act * (h @ dequantize(w3, w3_scale, dtype, fmt).T) * keep
+    _count(work, active)
+    return (x.float() + (f @ dequantize_t(w2t, w2t_scale, dtype, fmt)).float()).to(x.dtype)
+
+
+def _count(work, active):
+    """The kernels' counters: count and ids of the last row's active groups; calls and groups run, summed."""
+    n = active.shape[-1]
+    last = active[-1]
+    work[0] = last.sum()
+    work[2] += active.shape[0]
+    work[3] += active.sum()
+    work[4 : 4 + n] = torch.argsort((~last).to(torch.uint8), stable=True)  # active ids first, ascending
+    work[4 + n :] = last

@@ -3,16 +3,17 @@ checked before anything is allocated, and random weights for speed work."""
 
 from __future__ import annotations
 
+import json
 import resource
 from pathlib import Path
 
 import torch
 
-from llamafast.config import ModelConfig, WeightFormat
+from llamafast.config import ModelConfig, SparseLayout, WeightFormat
 from llamafast.formats import Checkpoint, expected_shapes
 from llamafast.formats.common import Progress, nbytes
 from llamafast.errors import LlamafastError
-from llamafast.quant import FP8Format, is_quantized_linear, quantize, scale_name
+from llamafast.quant import FP8Format, is_quantized_linear, keeps_fp32, quantize_named, scale_name, scale_shape
 
 _CONFIG_FILE = {"meta": "params.json", "hf": "config.json", "llama2c": "the .bin header", "llamafast": "its metadata",
                 "gguf": "its GGUF metadata"}
@@ -31,6 +32,23 @@ def checkpoint_formats(ckpt: Checkpoint) -> tuple[WeightFormat, WeightFormat]:
     return weights, WeightFormat.float if ckpt.metadata.get("lm_head") == "kept" else weights
 
 
+def sparse_layout(ckpt: Checkpoint) -> SparseLayout | None:
+    """A sparsified checkpoint's FFN layout, from the "sparse" record llamafast sparsify writes."""
+    record = ckpt.metadata.get("sparse") if ckpt.format == "llamafast" else None
+    if record is None:
+        return None
+    try:
+        info = json.loads(record)
+        layout = SparseLayout(int(info["group_size"]), tuple(float(v) for v in info["levels"]),
+                              float(info.get("sparsity", 0.5)))
+    except (KeyError, TypeError, ValueError) as e:
+        raise LlamafastError(f"{ckpt.path}: unreadable sparse metadata ({e})") from None
+    hidden = ckpt.config.hidden_dim
+    if layout.group_size < 1 or hidden % layout.group_size or len(layout.levels) < 2:
+        raise LlamafastError(f"{ckpt.path}: sparse metadata says groups of {layout.group_size} over {hidden} neurons")
+    return layout
+
+
 def weights_label(fmt: WeightFormat, dtype: torch.dtype) -> str:
     """How reports name the weights: the float dtype ("bfloat16"), or the FP8 format ("fp8_e5m2")."""
     return str(dtype).removeprefix("torch.") if fmt == WeightFormat.float else fmt.value
@@ -39,12 +57,12 @@ def weights_label(fmt: WeightFormat, dtype: torch.dtype) -> str:
 def validate(ckpt: Checkpoint) -> None:
     """Every tensor the config implies is there with the implied shape and a dtype its format allows,
     and nothing else is."""
-    expected = expected_shapes(ckpt.config, fused=ckpt.format == "llamafast")
+    expected = expected_shapes(ckpt.config, fused=ckpt.format == "llamafast", layout=sparse_layout(ckpt))
     fmt = weight_format(ckpt)
     if fmt not in ("native", "fp8_e5m2", "fp8_e4m3"):
         raise LlamafastError(f"{ckpt.path}: unknown weight format {fmt!r} in its metadata")
     if fmt == "fp8_e4m3":  # each E4M3 weight has one fp32 scale per output row
-        expected.update({scale_name(n): s[:1] for n, s in list(expected.items()) if _is_int8(ckpt, n)})
+        expected.update({scale_name(n): scale_shape(n, s) for n, s in list(expected.items()) if _is_int8(ckpt, n)})
     source = _CONFIG_FILE[ckpt.format]
     missing = [n for n in expected if n not in ckpt.tensors and not n.startswith("output.")]  # no output: tied
     if missing:
@@ -87,8 +105,8 @@ def read_tensor(ckpt: Checkpoint, sources: list[str], device: torch.device, dtyp
     parts = []
     for name in sources:
         t = ckpt.tensors[name].load()
-        keep = t.dtype == torch.int8 or name.endswith(".scale")
-        parts.append(t.to(device=device) if keep else t.to(device=device, dtype=dtype))
+        keep = t.dtype == torch.int8
+        parts.append(t.to(device=device) if keep else t.to(device=device, dtype=torch.float32 if keeps_fp32(name) else dtype))
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
@@ -127,7 +145,7 @@ def _loaded_bytes(ckpt: Checkpoint, name: str, sources: list[str], dtype: torch.
     shape = (sum(ckpt.tensors[s].shape[0] for s in sources), *ckpt.tensors[sources[0]].shape[1:])
     stored = ckpt.tensors[sources[0]].dtype
     one_byte = stored == torch.int8 or (fp8 is not None and is_quantized_linear(name))
-    return nbytes(shape, torch.int8 if one_byte else stored if name.endswith(".scale") else dtype)
+    return nbytes(shape, torch.int8 if one_byte else torch.float32 if keeps_fp32(name) else dtype)
 
 
 def check_memory(nbytes: int, device: torch.device) -> None:
@@ -186,5 +204,5 @@ def _maybe_quantized(name: str, t: torch.Tensor, fp8: FP8Format | None) -> dict[
     """{name: t}, or for a linear weight with fp8 set {name: FP8 bit patterns, plus its E4M3 scale}."""
     if fp8 is None or not is_quantized_linear(name):
         return {name: t}
-    q, scale, _ = quantize(t, fp8, name)
+    q, scale, _ = quantize_named(t, fp8, name)
     return {name: q} if scale is None else {name: q, scale_name(name): scale}

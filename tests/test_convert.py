@@ -71,8 +71,8 @@ def test_interrupted_conversion_leaves_nothing(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(w, fmt, name)
 
-    real = convert_module.quantize
-    monkeypatch.setattr(convert_module, "quantize", failing)
+    real = convert_module.quantize_named
+    monkeypatch.setattr(convert_module, "quantize_named", failing)
     with pytest.raises(KeyboardInterrupt):
         convert_fp8(bundled_model(), tmp_path / "out")
     assert list(tmp_path.iterdir()) == []

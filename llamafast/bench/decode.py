@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from llamafast.bench.common import copy_bandwidth, environment, now, random_prompt
-from llamafast.config import Backend, SamplingConfig
+from llamafast.config import Backend, SamplingConfig, SparseLayout, SparseRun
 from llamafast.generate import Engine, stream_tokens
 from llamafast.backends import with_backend
 from llamafast.load import LoadedModel
@@ -34,6 +34,10 @@ class BackendResult:
     achieved_gb_s: float
     fraction_of_copy_bw: float
     peak_memory_gb: float | None
+    sparsity: float | None = None  # sparse FFN runs: the sparsity asked for, the mode, the share of groups skipped
+    sparse_mode: str | None = None
+    groups_skipped: float | None = None
+    speedup: float | None = None  # decode tok/s over the dense triton run of the same weights, same process
 
 
 @dataclass
@@ -68,18 +72,61 @@ def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_toke
     ttft, decode_s = stamps[0] - t0, stamps[-1] - stamps[0]
     n = new_tokens - 1  # decode steps timed: each feeds the token at position len(prompt) + i
     kv = model.kv_bytes_per_position() * (len(prompt) + (n + 1) / 2)  # mean context read per step
-    per_token = model.weight_bytes_per_token() + kv
+    skipped = _groups_skipped(model)
+    per_token = model.weight_bytes_per_token() - _skipped_bytes(model, skipped or 0.0) + kv
     tps = n / decode_s if n else float("nan")
     gb_s = per_token * tps / 1e9
     peak = torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None
+    sparse = model.sparse
     return BackendResult(
         backend.value, lm.weights, startup, ttft * 1e3, len(prompt) / ttft, n, tps, 1e3 / tps, per_token, gb_s, 0.0,
-        peak,
+        peak, sparse and sparse.sparsity, sparse and sparse.mode.value, skipped,
     )
 
 
-def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: int, new_tokens: int) -> BenchReport:
-    """Every backend on every model (the same weights in other formats), in this order, in this process."""
+def _groups_skipped(model) -> float | None:
+    """The share of groups the sparse FFN skipped over every decode step it ran (warm-up included)."""
+    ran, possible = model.sparse_counts()
+    return 1 - ran / possible if model.sparse is not None and possible else None
+
+
+def _skipped_bytes(model, skipped: float) -> int:
+    """Weight bytes a decode step did not read: the skipped share of the FFN rows that the mode can skip (W1, W3
+    and W2t in router mode; W3 and W2t in gate mode, which also never reads the router)."""
+    if model.sparse is None:
+        return 0
+    router = model.sparse.mode.value == "router"
+    total = 0
+    for layer in model.layers:
+        ff = layer.feed_forward
+        parts = [ff.w3, ff.w2t] + ([ff.w1] if router else [])
+        total += skipped * sum(p.weight.nbytes for p in parts)
+        if not router:
+            total += ff.router.weight.nbytes + ff.router_bias.nbytes
+        total += ff.thresholds.nbytes  # read on the host when the sparsity is set, not per token
+    return int(total)
+
+
+def sparse_pair(lm: LoadedModel, group_size: int) -> tuple[LoadedModel, LoadedModel]:
+    """(dense, sparse) twins sharing every weight they can: a dense model gets exact-sparsity routers and a
+    transposed copy of w2 (llamafast.sparse.exact_sparse_state); a sparsified one a dense copy of w2t."""
+    from llamafast.backends import build
+    from llamafast.sparse import dense_state, exact_sparse_state
+
+    model, t0 = lm.model, time.perf_counter()
+    if model.layout is None:
+        layout = SparseLayout(group_size)
+        state = exact_sparse_state(model.config, model.state_dict(), layout, model.weight_formats[0])
+        twin = build(model.config, state, lm.backend, *model.weight_formats, layout)
+        return lm, LoadedModel(twin, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, lm.weights)
+    dense = build(model.config, dense_state(model.state_dict()), lm.backend, *model.weight_formats)
+    return LoadedModel(dense, lm.tokenizer, lm.backend, lm.format, lm.source, lm.load_s, lm.weights), lm
+
+
+def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: int, new_tokens: int,
+              sparse_twins: list[LoadedModel] | None = None, runs: list[SparseRun] = ()) -> BenchReport:
+    """Every backend on every model (the same weights in other formats), in this order, in this process; then
+    each sparse run on models[i]'s sparse twin, beside models[i]'s dense triton run."""
     lm = models[0]
     device = lm.model.tok_embeddings.weight.device
     params = sum(p.numel() for p in {p.data_ptr(): p for p in lm.model.parameters()}.values())
@@ -88,9 +135,17 @@ def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: in
         lm.source, lm.format, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), params,
         prompt_len, new_tokens, lm.load_s, copy_bandwidth(device), environment(device),
     )
-    for model in models:
+    for i, model in enumerate(models):
+        dense = None
         for backend in backends:
             result = bench_backend(model, backend, prompt, new_tokens)
             result.fraction_of_copy_bw = result.achieved_gb_s / report.copy_bw_gb_s
+            report.results.append(result)
+            dense = result if backend == Backend.triton else dense
+        for run in runs if sparse_twins else ():
+            sparse_twins[i].model.set_sparsity(run)
+            result = bench_backend(sparse_twins[i], Backend.triton, prompt, new_tokens)
+            result.fraction_of_copy_bw = result.achieved_gb_s / report.copy_bw_gb_s
+            result.speedup = dense and result.decode_tokens_per_s / dense.decode_tokens_per_s
             report.results.append(result)
     return report

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from llamafast.config import SamplingConfig
+from llamafast.config import Backend, SamplingConfig, SparseRun
 from llamafast.generate import Engine, stream_tokens
 from llamafast.load import LoadedModel
 
@@ -34,6 +34,7 @@ class VariantQuality:
     kl_median: float | None = None
     kl_p99: float | None = None
     top1_agreement: float | None = None  # share of positions whose argmax equals the base's
+    groups_skipped: float | None = None  # sparse FFN variants: the share of neuron groups that did not run
 
 
 @dataclass
@@ -92,11 +93,12 @@ def compare(base: LoadedModel, variants: dict[str, LoadedModel], pieces: list[li
             agree[name].append((ref.argmax(-1) == lp.argmax(-1)).float())
     report = QualityReport(model, base.weights, sum(len(p) - 1 for p in pieces), source)
     report.results.append(VariantQuality("base (" + base.weights + ")", _ppl(nll["base"])))
-    for name in variants:
+    for name, lm in variants.items():
         kl = torch.cat(kls[name]).double()
+        ran, possible = lm.model.sparse_counts()
         report.results.append(VariantQuality(
             name, _ppl(nll[name]), kl.mean().item(), kl.median().item(), torch.quantile(kl, 0.99).item(),
-            torch.cat(agree[name]).mean().item()))
+            torch.cat(agree[name]).mean().item(), 1 - ran / possible if possible else None))
     return report
 
 
@@ -105,6 +107,17 @@ def _ppl(nll: list[torch.Tensor]) -> float:
 
 
 VARIANTS = ("fp8_e5m2", "fp8_e4m3", "bfloat16", "float16", "float32")
+
+
+def sparse_variant(lm: LoadedModel, run: SparseRun) -> LoadedModel:
+    """The same weights (shared) with the sparse FFN at every position, as decode would run each token: teacher
+    forcing runs the prompt path, so this variant runs on the reference ops, whose sparse FFN takes any rows."""
+    from llamafast.backends import with_backend
+
+    model = with_backend(lm.model, Backend.reference)
+    model.set_sparsity(run)
+    model.sparse_prefill = True
+    return LoadedModel(model, lm.tokenizer, Backend.reference, lm.format, lm.source, 0.0, lm.weights)
 
 
 def make_variant(lm: LoadedModel, name: str) -> LoadedModel:

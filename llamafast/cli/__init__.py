@@ -1,6 +1,6 @@
 """The llamafast command line: each command parses, calls the library, and prints what it returns.
 
-One module per command: generate.py, info.py, bench.py, convert.py; common.py holds the shared options,
+One module per command: generate.py, info.py, bench.py, convert.py, eval.py, sparsify.py; common.py holds the shared options,
 the console and clean errors, presets.py the TOML run presets.
 """
 
@@ -16,6 +16,7 @@ from llamafast.cli.convert import convert_fp8
 from llamafast.cli.eval import eval_command
 from llamafast.cli.generate import generate
 from llamafast.cli.info import info
+from llamafast.cli.sparsify import sparsify
 
 
 class _Commands(typer.core.TyperGroup):
@@ -46,3 +47,4 @@ app.command("convert-fp8")(convert_fp8)
 app.command()(generate)
 app.command()(info)
 app.command("eval")(eval_command)
+app.command()(sparsify)

@@ -8,17 +8,19 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from llamafast.bench.decode import BenchReport, run_bench
+from llamafast.bench.decode import BenchReport, run_bench, sparse_pair
 from llamafast.bench.prefill import run_prefill_bench
 from llamafast.cli.bench_kernels import bench_kernels_command
 from llamafast.cli.common import (
-    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context, clean_errors,
-    device_or_default, emit_json, path_or, pick, preset, progress_bar, stdout_console,
+    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context,
+    clean_errors, device_or_default, emit_json, parse_floats, path_or, pick, preset, progress_bar, stdout_console,
 )
-from llamafast.config import MODEL_CONFIGS, Backend, DType, model_config
+from llamafast.config import MODEL_CONFIGS, Backend, DType, SparseMode, SparseRun, model_config
+from llamafast.formats.sparsify import check_group_size as _check_group
+from llamafast.weights import sparse_layout
 from llamafast.errors import LlamafastError
 from llamafast.generate import PREFILL_CHUNK
-from llamafast.load import OpenedModel, load_model, open_model, quantized, random_model
+from llamafast.load import OpenedModel, load_model, open_model, quantized, random_model, resolve_backend
 from llamafast.quant import FP8Format
 
 
@@ -42,6 +44,9 @@ def bench(
     reps: Annotated[int, typer.Option(help="With --prefill: timed runs per length (the median is reported).")] = 10,
     chunk: Annotated[int, typer.Option(help="With --prefill: prompt tokens per forward pass.")] = PREFILL_CHUNK,
     context: Annotated[int, typer.Option(help="With --kernels: tokens of context for attention.")] = 4096,
+    sparsity: Annotated[Optional[str], typer.Option(help="Also time the sparse FFN at these comma-separated sparsities (0,0.3,0.5,0.7) beside the dense triton run: a sparsified checkpoint's routers, or with --random-weights exact-sparsity routers.")] = None,
+    sparse_mode: Annotated[Optional[list[SparseMode]], typer.Option(help="With --sparsity: router and/or gate (repeatable) [default: router].")] = None,
+    group_size: Annotated[int, typer.Option(help="With --sparsity and --random-weights: neurons per group.")] = 32,
     config: ConfigOpt = None,
 ):
     """Measure load time, time to first token, decode tokens/s and achieved memory bandwidth, per backend
@@ -67,10 +72,23 @@ def bench(
         if n_prompt < 1 or n_new < 2:
             raise LlamafastError("--prompt-len must be at least 1 and --new-tokens at least 2")
         check_context(n_prompt, n_new, max_seq_len)
-        default = [Backend.triton] if fp8 else list(Backend) if dev.type == "cuda" else [Backend.reference]
+        runs = [SparseRun(s, m) for m in (sparse_mode or [SparseMode.router])
+                for s in parse_floats(sparsity, "--sparsity") if s > 0]
+        layout = None if isinstance(source, str) else sparse_layout(source.checkpoint)
+        if sparsity is not None and isinstance(source, str):
+            _check_group(group_size, model_config(source).hidden_dim)
+        elif sparsity is not None and layout is None:
+            raise LlamafastError(f"--sparsity needs a sparsified checkpoint or --random-weights; {source.checkpoint.path} has no routers")
+        if sparsity is not None:
+            resolve_backend(Backend.triton, dev)  # the sparse FFN is timed on its kernels
+        default = [Backend.triton] if fmt or runs else list(Backend) if dev.type == "cuda" else [Backend.reference]
         lm = _bench_model(run, source, dev, dtype)
         models = [lm, quantized(lm, fmt)] if fmt else [lm]
-        report = run_bench(models, backend or default, n_prompt, n_new)
+        twins = None
+        if sparsity is not None:
+            pairs = [sparse_pair(m, group_size) for m in models]
+            models, twins = [p[0] for p in pairs], [p[1] for p in pairs]
+        report = run_bench(models, backend or default, n_prompt, n_new, twins, runs)
         if not emit_json(report.to_dict(), out, json_out):
             _print_report(report)
 
@@ -140,12 +158,17 @@ def _print_report(r: BenchReport) -> None:
         f"torch {env['torch']}, triton {env['triton']}; load {r.load_s:.2f} s; "
         f"copy bandwidth {r.copy_bw_gb_s:.0f} GB/s; prompt {r.prompt_tokens}, new {r.new_tokens}"
     )
-    table = Table("backend", "weights", "startup s", "ttft ms", "prefill tok/s", "decode tok/s", "ms/token", "GB/s",
-                  "% copy BW", "peak GB")
+    sparse = any(x.sparsity is not None for x in r.results)
+    extra = ["sparse FFN", "groups skipped", "vs dense"] if sparse else []
+    table = Table("backend", "weights", *extra[:1], "startup s", "ttft ms", "prefill tok/s", "decode tok/s", "ms/token",
+                  "GB/s", "% copy BW", *extra[1:], "peak GB")
     for x in r.results:
+        mode = ["dense" if x.sparsity is None else f"{x.sparse_mode} {x.sparsity:g}"] if sparse else []
+        skipped = ["-" if x.groups_skipped is None else f"{100 * x.groups_skipped:.1f}%",
+                   "-" if x.speedup is None else f"{x.speedup:.2f}x"] if sparse else []
         table.add_row(
-            x.backend, x.weights, f"{x.startup_s:.2f}", f"{x.ttft_ms:.2f}", f"{x.prefill_tokens_per_s:.0f}",
+            x.backend, x.weights, *mode, f"{x.startup_s:.2f}", f"{x.ttft_ms:.2f}", f"{x.prefill_tokens_per_s:.0f}",
             f"{x.decode_tokens_per_s:.1f}", f"{x.decode_ms_per_token:.3f}", f"{x.achieved_gb_s:.0f}",
-            f"{100 * x.fraction_of_copy_bw:.1f}", "-" if x.peak_memory_gb is None else f"{x.peak_memory_gb:.1f}",
+            f"{100 * x.fraction_of_copy_bw:.1f}", *skipped, "-" if x.peak_memory_gb is None else f"{x.peak_memory_gb:.1f}",
         )
     out.print(table)

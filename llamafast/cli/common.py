@@ -14,11 +14,12 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
-from llamafast.config import DType
+from llamafast.config import DType, SparseMode, SparseRun
 from llamafast.errors import LlamafastError
 from llamafast.load import resolve_device
 from llamafast.cli.presets import RunConfig, load_preset
 from llamafast.quant import FP8Format
+from llamafast.weights import sparse_layout
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -26,6 +27,8 @@ ModelOpt = Annotated[Optional[Path], typer.Option("--model", "-m", help="Checkpo
 TokenizerOpt = Annotated[Optional[Path], typer.Option(help="SentencePiece tokenizer.model (default: the one beside the checkpoint).")]
 DeviceOpt = Annotated[Optional[str], typer.Option(help="cuda, cuda:N or cpu (default: cuda when available).")]
 DTypeOpt = Annotated[Optional[DType], typer.Option(help="Activation and weight dtype (auto: the checkpoint's on CUDA, float32 on the CPU).")]
+SparsityOpt = Annotated[Optional[float], typer.Option(help="A sparsified checkpoint's (llamafast sparsify) fraction of FFN neuron groups skipped per decode token, 0..0.95; 0 runs the FFN dense [default: the one it was made with]. Prompts stay dense.")]
+SparseModeOpt = Annotated[SparseMode, typer.Option(help="How a sparse FFN picks groups: router (trained; gate, up and down skipped) or gate (the gate runs dense; up and down skipped).")]
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A TOML run preset: a file, or the name of one that ships with llamafast (chat, greedy, bench-7b, ...); options given here override it.")]
 FP8Opt = Annotated[bool, typer.Option("--fp8", help="Quantize a float checkpoint's linear weights to FP8 as it loads.")]
 FP8FormatOpt = Annotated[FP8Format, typer.Option(help="FP8 format: e5m2 (no scales) or e4m3 (per-channel scales, compute capability 8.9+).")]
@@ -99,16 +102,21 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if prompt_file is not None:
         if prompt is not None:
             raise LlamafastError("give either PROMPT or --prompt-file, not both")
-        try:
-            return _text(prompt_file.read_bytes(), f"--prompt-file {prompt_file}")
-        except OSError as e:
-            raise LlamafastError(f"cannot read --prompt-file {prompt_file}: {e.strerror}") from None
+        return read_text_file(prompt_file, "--prompt-file")
     if prompt is None:
         raise LlamafastError("no prompt: give PROMPT, --prompt-file, or - to read standard input")
     if prompt != "-":
         return prompt
     raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
     return _text(raw, "standard input")
+
+
+def read_text_file(path: Path, option: str) -> str:
+    """A UTF-8 text file named by an option, less one trailing newline; unreadable or non-UTF-8 is one error."""
+    try:
+        return _text(path.read_bytes(), f"{option} {path}")
+    except OSError as e:
+        raise LlamafastError(f"cannot read {option} {path}: {e.strerror}") from None
 
 
 def _text(raw: bytes, origin: str) -> str:
@@ -147,3 +155,27 @@ def stdout_console() -> Console:
     """stdout; wide enough for the tables when it is a file or a pipe."""
     out = Console()
     return out if out.is_terminal else Console(width=200)
+
+
+def check_sparsity(opened, sparsity: float | None, mode: SparseMode) -> SparseRun | None:
+    """The sparse run asked for, checked against the checkpoint before any weights load (None: dense)."""
+    layout = sparse_layout(opened.checkpoint)
+    if layout is None:
+        if sparsity is not None or mode != SparseMode.router:
+            raise LlamafastError(f"--sparsity and --sparse-mode need a sparsified checkpoint; "
+                                 f"{opened.checkpoint.path} has no routers (make one with llamafast sparsify)")
+        return None
+    return SparseRun(layout.default if sparsity is None else sparsity, mode)
+
+
+def parse_floats(text: str | None, option: str) -> list[float]:
+    """A comma-separated list of numbers (--sparsity 0,0.3,0.5); none given is an empty list."""
+    if text is None:
+        return []
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise LlamafastError(f"{option}: expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise LlamafastError(f"{option}: give at least one number")
+    return values

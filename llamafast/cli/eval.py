@@ -9,14 +9,15 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from llamafast.bench.quality import PROMPTS, VARIANTS, compare, make_variant, sampled_stream, text_stream
+from llamafast.bench.quality import PROMPTS, VARIANTS, compare, make_variant, sampled_stream, sparse_variant, text_stream
 from llamafast.cli.common import (
     DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, device_or_default, emit_json, pick, progress_bar,
-    read_prompt, stdout_console,
+    parse_floats, read_prompt, stdout_console,
 )
-from llamafast.config import Backend, DType
+from llamafast.config import Backend, DType, SparseMode, SparseRun
 from llamafast.errors import LlamafastError
 from llamafast.load import load_model, open_model
+from llamafast.weights import sparse_layout
 
 
 def eval_command(
@@ -31,12 +32,15 @@ def eval_command(
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
     backend: Annotated[Optional[Backend], typer.Option(help="Backend for every model [default: triton on CUDA, reference on the CPU].")] = None,
+    sparsity: Annotated[Optional[str], typer.Option(help="A sparsified checkpoint's sparse FFN at these comma-separated sparsities (e.g. 0.3,0.5,0.7), every position sparse, against its dense FFN.")] = None,
+    sparse_mode: Annotated[Optional[list[SparseMode]], typer.Option(help="With --sparsity: the modes to score (repeatable) [default: router and gate].")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file.")] = None,
 ):
     """Measure what other weights cost against the base model: perplexity, KL divergence, top-1 agreement."""
     with clean_errors():
-        names = variant or ["fp8_e5m2", "fp8_e4m3"]
+        runs = [SparseRun(s, m) for m in (sparse_mode or list(SparseMode)) for s in parse_floats(sparsity, "--sparsity")]
+        names = variant or ([] if runs else ["fp8_e5m2", "fp8_e4m3"])
         unknown = [n for n in names if n not in VARIANTS]
         if unknown:
             raise LlamafastError(f"--variant {unknown[0]}: choose from {', '.join(VARIANTS)}")
@@ -44,6 +48,8 @@ def eval_command(
             raise LlamafastError(f"--prompts must be 1..{len(PROMPTS)}, --tokens at least 1, --window at least 2")
         dev = device_or_default(device)
         opened = open_model(model, tokenizer)
+        if runs and sparse_layout(opened.checkpoint) is None:
+            raise LlamafastError(f"--sparsity needs a sparsified checkpoint; {opened.checkpoint.path} has no routers")
         context = opened.config.max_seq_len
         window = pick(window, min(1024, context))
         if (text is None and tokens + 32 > context) or window > context:
@@ -57,14 +63,17 @@ def eval_command(
             source = f"sampled by the base model: {prompts} prompts x {tokens} tokens, seed {seed}"
         if not pieces:
             raise LlamafastError(f"{text} holds fewer than 2 tokens: nothing to score")
-        report = compare(base, {n: make_variant(base, n) for n in names}, pieces, base.source, source)
+        variants = {n: make_variant(base, n) for n in names}
+        variants.update({f"{r.mode.value} {r.sparsity:g}": sparse_variant(base, r) for r in runs})
+        report = compare(base, variants, pieces, base.source, source)
         if emit_json(report.to_dict(), out, json_out):
             return
         console = stdout_console()
         console.print(f"{report.model}: {report.tokens} positions, {source}; KL(base || variant) in nats")
-        table = Table("weights", "perplexity", "KL mean", "KL median", "KL p99", "top-1 agreement")
+        table = Table("weights", "perplexity", "KL mean", "KL median", "KL p99", "top-1 agreement", "groups skipped")
         for r in report.results:
             kl = ["-"] * 3 if r.kl_mean is None else [f"{r.kl_mean:.5f}", f"{r.kl_median:.5f}", f"{r.kl_p99:.4f}"]
             agree = "-" if r.top1_agreement is None else f"{100 * r.top1_agreement:.2f}%"
-            table.add_row(r.name, f"{r.perplexity:.4f}", *kl, agree)
+            skipped = "-" if r.groups_skipped is None else f"{100 * r.groups_skipped:.1f}%"
+            table.add_row(r.name, f"{r.perplexity:.4f}", *kl, agree, skipped)
         console.print(table)

@@ -10,10 +10,11 @@ from typing import Annotated, Optional
 import typer
 
 from llamafast.cli.common import (
-    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, TokenizerOpt, check_context, clean_errors,
-    device_or_default, err, path_or, pick, preset, progress_bar, read_prompt,
+    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, SparseModeOpt, SparsityOpt,
+    TokenizerOpt, check_context, check_sparsity, clean_errors, device_or_default, err, path_or, pick, preset,
+    progress_bar, read_prompt,
 )
-from llamafast.config import Backend, SamplingConfig
+from llamafast.config import Backend, SamplingConfig, SparseMode
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine
 from llamafast.generate import generate as generate_text
@@ -42,6 +43,8 @@ def generate(
     fp8: FP8Opt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
     backend: Annotated[Optional[Backend], typer.Option(help="Decode backend [default: triton on CUDA, reference on the CPU].")] = None,
+    sparsity: SparsityOpt = None,
+    sparse_mode: SparseModeOpt = SparseMode.router,
     config: ConfigOpt = None,
 ):
     """Generate text from a prompt, streaming it as it is sampled."""
@@ -65,30 +68,45 @@ def generate(
         tok = opened.tokenizer
         ids = tok.chat(text, system) if chat else tok.encode(text)
         check_context(len(ids), max_new, opened.config.max_seq_len)  # refused before any weights load
+        sparse = check_sparsity(opened, sparsity, sparse_mode)
         if not text and not json_out:
             err.print("[dim]empty prompt: generating from the beginning-of-sequence token alone[/dim]")
         with progress_bar() as update:
             lm = load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
                             fp8_format if fp8 else None)
+        lm.model.set_sparsity(sparse)
         engine = Engine(lm.model, sampling, len(ids) + max_new, n_vocab=tok.vocab_size)
         if echo and not json_out:
             _write(text)
         done = generate_text(engine, tok, ids, max_new, stop or [], on_text=None if json_out else _write)
         if json_out:
             record = {"prompt": text, "model": lm.source, "format": lm.format, "weights": lm.weights,
-                      "backend": lm.backend.value, "device": str(dev), "load_s": lm.load_s, **done.to_dict()}
+                      "backend": lm.backend.value, "device": str(dev), "load_s": lm.load_s, **done.to_dict(),
+                      **_sparse_record(lm.model)}
             print(json.dumps(record, ensure_ascii=False))
             return
         _write("\n")
         tps = done.decode_tokens_per_s
+        sparse_note = "".join(f"; {k} {v}" for k, v in _sparse_record(lm.model).get("sparse", {}).items())
         err.print(
             f"[dim]{len(done.token_ids)} tokens ({done.finish_reason}); ttft {done.ttft_s * 1e3:.1f} ms; "
-            f"decode {f'{tps:.1f} tok/s' if tps else 'n/a'}; {lm.backend.value}, {lm.weights} weights, on {dev}[/dim]"
+            f"decode {f'{tps:.1f} tok/s' if tps else 'n/a'}; {lm.backend.value}, {lm.weights} weights, on {dev}"
+            f"{sparse_note}[/dim]"
         )
 
 
 # The preset keys generate reads; a bench preset's shape or prompt_len given to it is an error, not ignored.
 GENERATE_KEYS = {"model", "tokenizer", "device", "dtype", "backend", "max_new_tokens", "sampling"}
+
+
+def _sparse_record(model) -> dict:
+    """The sparse FFN's settings and the share of groups it actually skipped in this run's decode steps."""
+    if model.sparse is None:
+        return {}
+    ran, possible = model.sparse_counts()
+    skipped = None if not possible else round(1 - ran / possible, 4)
+    return {"sparse": {"sparsity": model.sparse.sparsity, "mode": model.sparse.mode.value,
+                       "groups_skipped": skipped}}
 
 
 def _write(text: str) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from llamafast.config import ModelConfig
+from llamafast.config import ModelConfig, SparseLayout
 from llamafast.errors import LlamafastError
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
@@ -50,8 +50,9 @@ def read_head(path: Path, n: int) -> bytes:
 ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I8": torch.int8}
 
 
-def expected_shapes(c: ModelConfig, fused: bool = False) -> dict[str, tuple[int, ...]]:
-    """Meta names -> shapes; with fused=True wq/wk/wv become llamafast's wqkv."""
+def expected_shapes(c: ModelConfig, fused: bool = False, layout: SparseLayout | None = None) -> dict[str, tuple[int, ...]]:
+    """Meta names -> shapes; with fused=True wq/wk/wv become llamafast's wqkv; with a sparse layout the FFN is
+    stored as model.FeedForward says (w2t, router, router_bias, thresholds)."""
     C, F, KV, V = c.dim, c.hidden_dim, c.kv_dim, c.vocab_size
     shapes = {"tok_embeddings.weight": (V, C), "norm.weight": (C,), "output.weight": (V, C)}
     for i in range(c.n_layers):
@@ -64,6 +65,11 @@ def expected_shapes(c: ModelConfig, fused: bool = False) -> dict[str, tuple[int,
         shapes.update({p + "attention.wo.weight": (C, C), p + "attention_norm.weight": (C,)})
         shapes.update({p + "feed_forward.w1.weight": (F, C), p + "feed_forward.w3.weight": (F, C)})
         shapes.update({p + "feed_forward.w2.weight": (C, F), p + "ffn_norm.weight": (C,)})
+        if layout is not None:
+            n = layout.n_groups(F)
+            del shapes[p + "feed_forward.w2.weight"]
+            shapes.update({p + "feed_forward.w2t.weight": (F, C), p + "feed_forward.router.weight": (n, C)})
+            shapes.update({p + "feed_forward.router_bias": (n,), p + "feed_forward.thresholds": (2, len(layout.levels))})
     return shapes
 
 

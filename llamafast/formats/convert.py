@@ -18,10 +18,10 @@ import torch
 from llamafast.formats import open_checkpoint
 from llamafast.tokenizers import open_tokenizer
 from llamafast.errors import LlamafastError
-from llamafast.quant import FP8Format, QuantStats, is_quantized_linear, quantize, scale_name
+from llamafast.quant import FP8Format, QuantStats, is_quantized_linear, quantize_named, scale_name, scale_shape
 from llamafast.formats.common import Progress
 from llamafast.formats.writer import check_destination, save_checkpoint
-from llamafast.weights import read_tensor, tensor_plan, validate, weight_format
+from llamafast.weights import read_tensor, sparse_layout, tensor_plan, validate, weight_format
 
 FORMAT_VERSION = "1"
 
@@ -70,7 +70,7 @@ def convert_fp8(
         shape = (sum(ckpt.tensors[s].shape[0] for s in srcs), *ref.shape[1:])
         specs.append((name, shape, torch.int8 if name in quantized else ref.dtype))
         if name in quantized and fmt == FP8Format.e4m3:
-            specs.append((scale_name(name), shape[:1], torch.float32))
+            specs.append((scale_name(name), scale_shape(name, shape), torch.float32))
     report = ConversionReport(str(src), str(dst), fmt.weights)
     pending_scales: dict[str, torch.Tensor] = {}
 
@@ -81,7 +81,7 @@ def convert_fp8(
         t = read_tensor(ckpt, srcs, device, ckpt.tensors[srcs[0]].dtype)
         if name not in quantized:
             return t
-        q, scale, stats = quantize(t, fmt, name)
+        q, scale, stats = quantize_named(t, fmt, name)
         report.stats.append(stats)
         report.peak_anon_rss_gb = max(report.peak_anon_rss_gb or 0.0, _anon_rss_gb() or 0.0) or None
         if scale is not None:
@@ -95,6 +95,8 @@ def convert_fp8(
         "source_format": ckpt.format,
         "lm_head": "kept" if keep_lm_head else "fp8",
     }
+    if sparse_layout(ckpt) is not None:  # a sparsified checkpoint stays one (its w2t quantized per column)
+        metadata["sparse"] = ckpt.metadata["sparse"]
     save_checkpoint(dst, ckpt.config, specs, produce, metadata, tokenizer_writer(ckpt), force, progress, [src])
     report.seconds = time.perf_counter() - t0
     report.bytes_written = sum(f.stat().st_size for f in Path(dst).iterdir())

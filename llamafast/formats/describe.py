@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -10,7 +11,7 @@ from llamafast.formats import expected_shapes, open_checkpoint
 from llamafast.config import ModelConfig, model_config
 from llamafast.load import bundled_model
 from llamafast.tokenizers import open_tokenizer
-from llamafast.weights import checkpoint_dtype, checkpoint_formats, validate, weights_label
+from llamafast.weights import checkpoint_dtype, checkpoint_formats, sparse_layout, validate, weights_label
 
 
 def _numel(shape) -> int:
@@ -48,12 +49,23 @@ def describe_checkpoint(path: Path | None, tokenizer: Path | None = None) -> dic
     weights = weights_label(checkpoint_formats(ckpt)[0], checkpoint_dtype(ckpt))
     out = {"path": str(ckpt.path), "format": ckpt.format, **_summary(ckpt.config, tensors, weights)}
     if ckpt.metadata:
-        out["metadata"] = {k: v for k, v in ckpt.metadata.items() if k != "config"}
+        out["metadata"] = {k: v for k, v in ckpt.metadata.items() if k not in ("config", "sparse")}
+    layout = sparse_layout(ckpt)
+    if layout is not None:
+        out["sparse"] = _sparse_summary(layout, json.loads(ckpt.metadata["sparse"]), ckpt.config.hidden_dim)
     if ckpt.tokenizer is not None:
         tok = open_tokenizer(ckpt.tokenizer, ckpt.embedded_tokenizer)
         out["tokenizer"] = {"path": str(ckpt.tokenizer), "vocab": tok.vocab_size, "bos": tok.bos_id, "eos": tok.eos_id}
         out.update(vocab_mismatch(tok.vocab_size, ckpt.config.vocab_size))
     return out
+
+
+def _sparse_summary(layout, record: dict, hidden: int) -> dict:
+    calibration = record.get("calibration", {})
+    return {"modes": "router, gate", "group_size": layout.group_size, "groups_per_layer": layout.n_groups(hidden),
+            "default_sparsity": layout.default, "levels": f"{layout.levels[0]:g}..{layout.levels[-1]:g}",
+            "calibration": f"{calibration.get('tokens')} tokens of {calibration.get('file')} "
+                           f"(sha256 {str(calibration.get('sha256'))[:12]})"}
 
 
 def vocab_mismatch(pieces: int, vocab: int) -> dict:

@@ -112,6 +112,21 @@ def _copy_bundled(tmp: Path) -> Path:
     return tmp / "stories.bin"
 
 
+CALIBRATION = Path(__file__).resolve().parents[1] / "data" / "stories260K_calibration.txt"
+
+
+def _sparsified(tmp: Path) -> Path:
+    from llamafast.formats.sparsify import sparsify
+
+    sparsify(bundled_model(), tmp / "sparse", CALIBRATION.read_text(), "calibration", 0.5, group_size=4,
+             device=torch.device("cpu"))
+    return tmp / "sparse"
+
+
+def _sparsify_args(tmp: Path, *extra: str, text: Path = CALIBRATION) -> list[str]:
+    return [str(bundled_model()), str(tmp / "out"), "--text", str(text), "--device", "cpu", *extra]
+
+
 def _converted(tmp: Path) -> Path:
     from llamafast.formats.convert import convert_fp8
 
@@ -292,6 +307,25 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("eval", "an unknown --variant", lambda t: ["--variant", "fp9"], "choose from"),
         Case("eval", "--tokens beyond the context", lambda t: ["--tokens", "600"], "context is 512"),
         Case("eval", "a --text file of one token", lambda t: ["--text", str(_file(t, "one.txt", b""))], "nothing to score"),
+    ],
+    "sparsify and --sparsity": [
+        Case("sparsify", "a calibration text too short",
+             lambda t: _sparsify_args(t, "--group-size", "4", text=_file(t, "short.txt", b"Once upon a time")),
+             "needs at least 512"),
+        Case("sparsify", "a group size that does not divide the FFN width", lambda t: _sparsify_args(t), "does not divide"),
+        Case("sparsify", "a group size that is not a power of two", lambda t: _sparsify_args(t, "--group-size", "3"),
+             "power of two"),
+        Case("sparsify", "--sparsity beyond 0.95", lambda t: _sparsify_args(t, "--sparsity", "0.99"), "[0, 0.95]"),
+        Case("sparsify", "a checkpoint that is already sparsified",
+             lambda t: [str(_sparsified(t)), str(t / "again"), "--text", str(CALIBRATION)], "already sparsified"),
+        Case(GENERATE, "--sparsity on a checkpoint without routers", lambda t: ["hi", "--sparsity", "0.5"],
+             "has no routers"),
+        Case(GENERATE, "--sparsity below 0", lambda t: [*M(_sparsified(t)), "--sparsity", "-0.1"], "[0, 0.95]"),
+        Case("bench", "--sparsity on a checkpoint without routers", lambda t: ["--device", "cpu", "--sparsity", "0.5"],
+             "has no routers"),
+        Case("bench", "--sparsity values that are not numbers", lambda t: [*BENCH, "--sparsity", "half"],
+             "comma-separated numbers"),
+        Case("eval", "--sparsity on a checkpoint without routers", lambda t: ["--sparsity", "0.5"], "has no routers"),
     ],
     "bench and info": [
         Case("bench", "--random-weights without --shape", lambda t: ["--random-weights"], "--shape"),

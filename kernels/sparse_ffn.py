@@ -1,0 +1,163 @@
+"""Router-sparse FFN for one decode token: gate and up rows of the active neuron groups only, SiLU(gate) * up,
+then those neurons' rows of the transposed down projection summed into the output.
+
+    out = x + sum over active groups g of  (SiLU(W1[g] . h) * (W3[g] . h)) @ W2t[g]        h = norm(x)
+
+sparse_select.py first leaves the count and the ascending list of active groups in `work`. Then, on fixed grids
+(the step is captured in a CUDA graph) whose programs past the count exit at once or find no work:
+  gather   program p takes rows of the (p / (G / BLOCK_N))-th listed group (a group's G rows of W1 and W3 are
+           contiguous: neurons were permuted into groups at calibration) and writes SiLU(gate) * up in list order;
+  scatter  program (k, b) walks the k-th of SPLITS shares of the listed groups over BLOCK_C output columns,
+           one (G, BLOCK_C) tile of W2t (F, C: one contiguous row per neuron, as in the LTE kernel, SPARSE.md)
+           per group, into a partial row;
+  reduce   out = x + the SPLITS partial rows, in order.
+The sum is the same on every run (no atomics). Measured on the way here (H100, 7B, bf16, half the groups;
+scripts/results/sparse/): one fused kernel per group (gate, up and down in each program, fp32 atomic adds)
+reached 62% of the copy bandwidth and 34% with FP8 weights; a scatter with one program per 32 listed neurons
+and 256 columns took 33 us for 45 MB (each program one large tile: too few programs resident per SM to cover
+memory latency), and its atomic adds cost more as the programs grew more numerous (rows of 8: 160-250 us).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from llamafast.config import SparseMode, WeightFormat
+
+from ._common import cdiv, check_rows, check_vector, decode_weights, next_pow2, w_fp8
+from .gemv import dot_rows
+from .sparse_select import select_groups
+
+
+@dataclass(frozen=True)
+class SparseConfig:
+    block_n: int  # gather: neurons per program (a power of two; at most the group size)
+    block_k: int  # gather: C tile of the gate/up loop
+    num_warps: int  # gather
+    splits: int  # scatter: programs along the listed groups (partial rows summed by the reduction)
+    block_c: int  # scatter: output columns per program
+    scatter_warps: int
+
+
+# (F, C, bytes per weight) -> launch, router mode's winners (gate mode shares them). H100, 7B, half the groups
+# (scripts/results/sparse/tune_split_7b.json): 64.5 us for the whole sparse FFN in bf16 (the dense FFN's kernels:
+# 99.0 us), 42.5 us with E5M2 weights (dense 55.6 us). Untuned shapes take DEFAULT.
+CONFIGS: dict[tuple[int, int, int], SparseConfig] = {
+    (11008, 4096, 2): SparseConfig(block_n=16, block_k=256, num_warps=8, splits=16, block_c=128, scatter_warps=1),
+    (11008, 4096, 1): SparseConfig(block_n=8, block_k=256, num_warps=4, splits=32, block_c=64, scatter_warps=1),
+}
+DEFAULT = SparseConfig(block_n=2, block_k=512, num_warps=1, splits=16, block_c=64, scatter_warps=1)
+_REDUCE_C = 128
+
+
+@triton.jit
+def _gather_kernel(
+    x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, act_ptr, work_ptr, h_ptr,  # h (F,) fp32, in list order
+    C, stride_wn, eps,
+    G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    GATE_GIVEN: tl.constexpr,
+):
+    """h[j] = SiLU(gate) * up for the j-th listed neuron: program p takes rows of the (p / (G / BLOCK_N))-th
+    listed group; programs past the count exit at once."""
+    pid = tl.program_id(0)
+    slot = pid // (G // BLOCK_N)
+    group = tl.load(work_ptr + 4 + slot)  # issued beside the count, not after it: one wait, not two
+    if slot < tl.load(work_ptr):
+        sub = (pid % (G // BLOCK_N)) * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows = group * G + sub
+        every = rows >= 0
+        if GATE_GIVEN:
+            up, _, ss = dot_rows(w3_ptr, w3_ptr, s3_ptr, s3_ptr, x_ptr, g_ptr, rows, every, C, stride_wn,
+                                 BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8)
+            a = tl.load(act_ptr + rows)
+        else:
+            gate, up, ss = dot_rows(w1_ptr, w3_ptr, s1_ptr, s3_ptr, x_ptr, g_ptr, rows, every, C, stride_wn,
+                                    BLOCK_N, BLOCK_K, True, True, EVEN_K, W_FP8)
+            a = gate * tl.rsqrt(ss / C + eps)
+            a = a * tl.sigmoid(a)
+        h = a * up * tl.rsqrt(ss / C + eps)
+        h = h.to(g_ptr.dtype.element_ty).to(tl.float32)  # the dense path's intermediate is in the model dtype too
+        tl.store(h_ptr + slot * G + sub, h)
+
+
+@triton.jit
+def _scatter_kernel(
+    h_ptr, w2t_ptr, s2_ptr, work_ptr, part_ptr,  # h (F,) fp32 in list order; partials (SPLITS, C) fp32
+    C, stride_w2,
+    G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_C: tl.constexpr, EVEN_C: tl.constexpr, W_FP8: tl.constexpr,
+):
+    """partial[k, c] = sum over the k-th share of the listed groups, i over a group's G neurons, of
+    h[slot * G + i] * W2t[group * G + i, c], for BLOCK_C columns c: one (G, BLOCK_C) tile per listed group,
+    the next group's id loaded beside the tile, so each step waits on memory once."""
+    k = tl.program_id(0)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    i = tl.arange(0, G)
+    count = tl.load(work_ptr)
+    per = tl.cdiv(count, SPLITS)
+    first, last = k * per, tl.minimum(k * per + per, count)
+    acc = tl.zeros((G, BLOCK_C), dtype=tl.float32)
+    group = tl.load(work_ptr + 4 + first, mask=first < last, other=0)
+    for slot in range(first, last):
+        following = tl.load(work_ptr + 5 + slot, mask=slot + 1 < last, other=0)
+        ptrs = w2t_ptr + (group * G + i)[:, None].to(tl.int64) * stride_w2 + c[None, :]
+        if EVEN_C:
+            w = tl.load(ptrs, eviction_policy="evict_first")
+        else:
+            w = tl.load(ptrs, mask=(c < C)[None, :], other=0, eviction_policy="evict_first")
+        acc += decode_weights(w, W_FP8).to(tl.float32) * tl.load(h_ptr + slot * G + i)[:, None]
+        group = following
+    part = tl.sum(acc, axis=0)
+    if W_FP8 == 2:  # E4M3: W2t's scales are per output column
+        part = part * tl.load(s2_ptr + c, mask=c < C, other=0.0)
+    tl.store(part_ptr + k * C + c, part, mask=c < C)
+
+
+@triton.jit
+def _reduce_kernel(part_ptr, x_ptr, out_ptr, C, SPLITS: tl.constexpr, BLOCK_C: tl.constexpr):
+    """out = x + the SPLITS partial rows, summed in order: the same bits on every run."""
+    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    k = tl.arange(0, SPLITS)
+    parts = tl.load(part_ptr + k[:, None] * C + c[None, :], mask=(c < C)[None, :], other=0.0)
+    x = tl.load(x_ptr + c, mask=c < C, other=0.0).to(tl.float32)
+    tl.store(out_ptr + c, (x + tl.sum(parts, axis=0)).to(out_ptr.dtype.element_ty), mask=c < C)
+
+
+def check_group_size(group_size: int, hidden_dim: int) -> None:
+    assert group_size >= 1 and group_size & (group_size - 1) == 0, "group size: a power of two (a tile side)"
+    assert hidden_dim % group_size == 0, f"group size {group_size} does not divide the FFN width {hidden_dim}"
+
+
+def sparse_ffn(x, norm_w, w1, w3, w2t, router_w, router_b, threshold, work, eps, group_size, mode,
+               w1_scale=None, w3_scale=None, w2t_scale=None, fmt=WeightFormat.float, configs=None):
+    """Same contract as llamafast.reference.sparse_ffn for one token: x (1, C) -> (1, C)."""
+    f, c = w1.shape
+    check_group_size(group_size, f)
+    check_vector("x", x, c)
+    for name, w in (("w1", w1), ("w3", w3), ("w2t", w2t)):
+        check_rows(name, w, c)
+        assert w.shape == (f, c) and w.dtype == w1.dtype, f"{name}: ({f}, {c}) like w1"
+    assert (w2t_scale is not None) == (fmt == WeightFormat.fp8_e4m3), "E4M3 W2t: (C,) column scales"
+    assert w2t_scale is None or (w2t_scale.shape == (c,) and w2t_scale.dtype == torch.float32), "W2t scales: (C,)"
+    cfg = (configs or CONFIGS).get((f, c, w1.element_size()), DEFAULT)
+    act = select_groups(x, norm_w, w1, router_w, router_b, threshold, work, eps, group_size, mode, w1_scale, fmt)
+    h = torch.empty(f, device=x.device, dtype=torch.float32)
+    block_n, block_k = min(cfg.block_n, group_size), min(cfg.block_k, next_pow2(c))
+    code = w_fp8(fmt, w1, w1_scale)
+    _gather_kernel[(f // block_n,)](
+        x, norm_w, w1, w3, *(s if s is not None else w1 for s in (w1_scale, w3_scale)), w1 if act is None else act,
+        work, h, c, w1.stride(0), eps, G=group_size, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=c % block_k == 0,
+        W_FP8=code, GATE_GIVEN=mode == SparseMode.gate, num_warps=cfg.num_warps,
+    )
+    block_c = min(cfg.block_c, next_pow2(c))
+    parts = torch.empty((cfg.splits, c), device=x.device, dtype=torch.float32)
+    _scatter_kernel[(cfg.splits, cdiv(c, block_c))](
+        h, w2t, w1 if w2t_scale is None else w2t_scale, work, parts, c, w2t.stride(0), G=group_size,
+        SPLITS=cfg.splits, BLOCK_C=block_c, EVEN_C=c % block_c == 0, W_FP8=code, num_warps=cfg.scatter_warps,
+    )
+    out = torch.empty_like(x)
+    _reduce_kernel[(cdiv(c, _REDUCE_C),)](parts, x, out, c, SPLITS=cfg.splits, BLOCK_C=_REDUCE_C)
+    return out

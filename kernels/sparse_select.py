@@ -1,0 +1,123 @@
+"""The first half of the sparse FFN decode step: which neuron groups run for this token, compacted on the device.
+
+    router: active[g] = sigmoid(R[g] . norm(x) + b[g]) > threshold        (R: (n, C), one row per group)
+    gate:   a = SiLU(W1 . norm(x)) for every neuron (dense); active[g] = sum over g's neurons of |a| > threshold
+
+Each program scores its rows (the GEMV loop of gemv.py, RMSNorm fused) and writes one flag per group; the last
+program to finish (a ticket taken with an acq_rel atomic after a CTA barrier) turns the flags into the count and
+the ascending list of active ids, so the list is the same on every run, and resets the ticket for the next call.
+No host sync: the FFN kernels (sparse_ffn.py) read the count and list on the device. Compacting in each reader
+instead (every FFN program loading the flags and taking a prefix sum) was slower: 72.8 against 64.5 us for the
+whole 7B FFN at half sparsity in bf16 (scripts/results/sparse/tune_listed_7b.json, tune_split_7b.json).
+work (int32): [count, ticket, calls, groups run so far, ids (n), flags (n)].
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from llamafast.config import SparseMode, WeightFormat
+
+from ._common import cdiv, check_rows, check_vector, next_pow2
+from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
+
+# (rows, C, bytes per weight) -> launch: the router (n groups x C) and, in gate mode, W1 (F x C; the program's
+# rows are whole groups). H100, 7B (scripts/results/sparse/tune_split_7b.json): the router's selection 7.4 us, the
+# gate's 36-38 us in bf16 (W1 is 90 MB). Untuned shapes take gemv_config's default (router) or GATE_DEFAULT.
+CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
+    (344, 4096, 2): GemvConfig(block_n=1, block_k=1024, num_warps=4),
+}
+GATE_DEFAULT = GemvConfig(block_n=32, block_k=256, num_warps=4)
+
+
+@triton.jit
+def _compact(work_ptr, n_groups, BLOCK_ALL: tl.constexpr):
+    """The last program to arrive compacts every program's flags into the count and the list of ids."""
+    tl.debug_barrier()  # every thread's flag stores precede the release below
+    ticket = tl.atomic_add(work_ptr + 1, 1, sem="acq_rel")
+    if ticket == tl.num_programs(0) - 1:
+        ids = tl.arange(0, BLOCK_ALL)
+        valid = ids < n_groups
+        flags = tl.load(work_ptr + 4 + n_groups + ids, mask=valid, other=0, volatile=True)
+        slot = tl.cumsum(flags, 0) - flags
+        tl.store(work_ptr + 4 + slot, ids, mask=valid & (flags != 0))
+        count = tl.sum(flags, 0)
+        tl.store(work_ptr, count)
+        tl.store(work_ptr + 1, 0)
+        tl.atomic_add(work_ptr + 2, 1, sem="relaxed")  # fire and forget: no load to wait for
+        tl.atomic_add(work_ptr + 3, count, sem="relaxed")
+
+
+@triton.jit
+def _router_kernel(
+    x_ptr, g_ptr, r_ptr, b_ptr, thr_ptr, work_ptr,  # x, g (C,); router (n, C), bias (n,); threshold (1,)
+    n_groups, C, eps,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    BLOCK_ALL: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = rows < n_groups
+    s, _, ss = dot_rows(r_ptr, r_ptr, r_ptr, r_ptr, x_ptr, g_ptr, rows, mask, C, C, BLOCK_N, BLOCK_K, True, False,
+                        EVEN_K, W_FP8)
+    score = tl.sigmoid(s * tl.rsqrt(ss / C + eps) + tl.load(b_ptr + rows, mask=mask, other=0.0))
+    active = (score > tl.load(thr_ptr)) & mask
+    tl.store(work_ptr + 4 + n_groups + rows, active.to(tl.int32), mask=mask)
+    _compact(work_ptr, n_groups, BLOCK_ALL)
+
+
+@triton.jit
+def _gate_kernel(
+    x_ptr, g_ptr, w1_ptr, s1_ptr, thr_ptr, work_ptr, act_ptr,  # act (F,) fp32: SiLU(gate), for sparse_ffn
+    F, C, stride_wn, eps, G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    BLOCK_ALL: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # BLOCK_N is a multiple of G: whole groups
+    mask = rows < F
+    gate, _, ss = dot_rows(w1_ptr, w1_ptr, s1_ptr, s1_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K,
+                           True, False, EVEN_K, W_FP8)
+    a = gate * tl.rsqrt(ss / C + eps)
+    a = a * tl.sigmoid(a)
+    tl.store(act_ptr + rows, a, mask=mask)
+    mass = tl.sum(tl.reshape(tl.abs(a), (BLOCK_N // G, G)), axis=1)
+    groups = tl.program_id(0) * (BLOCK_N // G) + tl.arange(0, BLOCK_N // G)
+    n_groups = F // G
+    active = (mass > tl.load(thr_ptr)) & (groups < n_groups)
+    tl.store(work_ptr + 4 + n_groups + groups, active.to(tl.int32), mask=groups < n_groups)
+    _compact(work_ptr, n_groups, BLOCK_ALL)
+
+
+def select_groups(x, norm_w, w1, router_w, router_b, threshold, work, eps, group_size, mode, w1_scale=None,
+                  fmt=WeightFormat.float, configs=None):
+    """Fills work with this token's active groups (x (1, C)). Returns SiLU(gate) (F,) fp32 in gate mode, else None."""
+    f, c = w1.shape
+    n = f // group_size
+    check_vector("x", x, c)
+    check_vector("norm_w", norm_w, c)
+    check_vector("threshold", threshold, 1)
+    assert work.dtype == torch.int32 and work.numel() == 4 + 2 * n, "work: int32 (4 + 2 n)"
+    table = configs or CONFIGS
+    common = {"BLOCK_ALL": next_pow2(n)}
+    if mode == SparseMode.router:
+        check_rows("router_w", router_w, c)
+        assert router_w.shape[0] == n and router_b.shape == (n,) and router_b.dtype == torch.float32, "router: (n, C)"
+        cfg = gemv_config(table, router_w)
+        grid = cdiv(n, cfg.block_n)
+        _router_kernel[(grid,)](
+            x, norm_w, router_w, router_b, threshold, work, n, c, eps, **common,
+            **launch_args(cfg, router_w, None, WeightFormat.float),
+        )
+        return None
+    check_rows("w1", w1, c)
+    cfg = table.get((f, c, w1.element_size()), GATE_DEFAULT)
+    block_n = max(group_size, cfg.block_n // group_size * group_size)  # whole groups per program
+    act = torch.empty(f, device=x.device, dtype=torch.float32)
+    grid = cdiv(f, block_n)
+    _gate_kernel[(grid,)](
+        x, norm_w, w1, w1 if w1_scale is None else w1_scale, threshold, work, act,
+        f, c, w1.stride(0), eps, G=group_size, **common,
+        **launch_args(cfg, w1, w1_scale, fmt, block_n),
+    )
+    return act

@@ -1,0 +1,62 @@
+"""`llamafast sparsify SRC DST --text FILE`: a router-sparse FFN calibrated on the user's text and weights."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llamafast.cli.common import DeviceOpt, TokenizerOpt, clean_errors, emit_json, err, read_text_file, stdout_console
+from llamafast.config import MAX_SPARSITY, SparseRun
+from llamafast.formats.sparsify import sparsify as run_sparsify
+from llamafast.load import resolve_device
+
+
+def sparsify(
+    src: Annotated[Path, typer.Argument(help="Any supported dense checkpoint (Meta, Hugging Face, llama2.c, GGUF, llamafast, FP8 too).")],
+    dst: Annotated[Path, typer.Argument(help="The llamafast checkpoint directory to write.")],
+    text: Annotated[Path, typer.Option(help="UTF-8 calibration text (at least 512 tokens; up to 16,384 are used). Measure quality on other text.")],
+    sparsity: Annotated[float, typer.Option(help=f"The fraction of neuron groups DST skips by default, 0..{MAX_SPARSITY} (thresholds are stored for every level, so generate/bench --sparsity can change it).")] = 0.5,
+    group_size: Annotated[int, typer.Option(help="Neurons per group: a power of two that divides the FFN width.")] = 32,
+    seed: Annotated[int, typer.Option(help="Seed of the clustering (the same inputs and seed give the same bytes).")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite DST if it is a llamafast checkpoint.")] = False,
+    tokenizer: TokenizerOpt = None,
+    device: DeviceOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+):
+    """Calibrate a router-sparse FFN (groups, routers, thresholds) on a text and write a sparsified checkpoint."""
+    with clean_errors():
+        SparseRun(sparsity)  # checks the range before anything is read
+        calibration = read_text_file(text, "--text")
+        with _progress() as update:
+            report = run_sparsify(src, dst, calibration, text.name, sparsity, group_size, seed, force, tokenizer,
+                                  resolve_device(device), update)
+        if emit_json(asdict(report), None, json_out):
+            return
+        stdout_console().print(
+            f"wrote {dst}: groups of {report.group_size} ({report.groups_per_layer} per layer), calibrated on "
+            f"{report.tokens} tokens of {text.name} (sha256 {report.text_sha256[:12]}), default sparsity "
+            f"{report.sparsity}; {report.bytes_written / 1e9:.2f} GB in {report.seconds:.1f} s")
+
+
+class _progress:
+    """A rich bar on stderr per phase (loading, calibrating, writing)."""
+
+    def __enter__(self):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+        self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                            TimeRemainingColumn(), console=err, transient=True)
+        self.tasks: dict[str, int] = {}
+        self.bar.start()
+        return self.update
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        if phase not in self.tasks:
+            self.tasks[phase] = self.bar.add_task(phase, total=total)
+        self.bar.update(self.tasks[phase], completed=done, total=total)
+
+    def __exit__(self, *exc):
+        self.bar.stop()

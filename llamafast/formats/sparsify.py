@@ -1,0 +1,125 @@
+"""`llamafast sparsify SRC DST`: calibrate a router-sparse FFN on a text (llamafast/sparse.py) and write a llamafast
+checkpoint with the FFN rows permuted into groups, w2 transposed, and each layer's router and threshold table.
+
+The whole model is loaded once (GPU when there is one), the calibration text runs through it on the reference
+ops, each layer is calibrated in turn, and the writer (formats/writer.py) streams the permuted tensors into a
+temporary directory renamed into place at the end. FP8 checkpoints can be sparsified as they are (bit patterns
+are permuted, never requantized); a sparsified checkpoint can be converted by convert-fp8.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from llamafast.config import SPARSE_LEVELS, Backend, SparseLayout
+from llamafast.errors import LlamafastError
+from llamafast.formats.convert import tokenizer_writer
+from llamafast.formats.writer import check_destination, save_checkpoint
+from llamafast.load import load_model, open_model
+from llamafast.quant import dequantize
+from llamafast.sparse import MIN_TOKENS, calibrate_layer, ffn_inputs, permuted
+from llamafast.weights import checkpoint_dtype, keeps_fp32, sparse_layout
+
+MAX_TOKENS = 16384  # calibration tokens used at most: enough for every quantile at 0.05 steps
+
+
+@dataclass
+class SparsifyReport:
+    src: str
+    dst: str
+    group_size: int
+    groups_per_layer: int
+    sparsity: float  # the default a run of DST uses
+    tokens: int
+    text_sha256: str
+    seconds: float = 0.0
+    bytes_written: int = 0
+    thresholds: list = field(default_factory=list)  # per layer, [router, gate] at the default sparsity
+
+
+def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, group_size: int = 32, seed: int = 0,
+             force: bool = False, tokenizer: Path | None = None, device: torch.device | None = None,
+             progress: Callable[[str, int, int], None] | None = None) -> SparsifyReport:
+    t0 = time.perf_counter()
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_destination(Path(dst), force, [src])
+    opened = open_model(src, tokenizer)
+    ckpt, config = opened.checkpoint, opened.config
+    if sparse_layout(ckpt) is not None:
+        raise LlamafastError(f"{src} is already sparsified; sparsify its dense source instead")
+    check_group_size(group_size, config.hidden_dim)
+    ids = opened.tokenizer.encode(text)[:MAX_TOKENS]
+    if len(ids) < MIN_TOKENS:
+        raise LlamafastError(f"the calibration text is {len(ids)} tokens; sparsify needs at least {MIN_TOKENS} "
+                             "(a few thousand calibrate better)")
+    lm = load_model(opened, None, device, backend=Backend.reference,
+                    progress=None if progress is None else lambda d, t: progress("loading", d, t))
+    model, gen = lm.model, torch.Generator().manual_seed(seed)
+    inputs = ffn_inputs(model, ids, min(512, config.max_seq_len))
+    plans = []
+    for i, layer in enumerate(model.layers):
+        ff, h = layer.feed_forward, inputs[i]
+        w = [dequantize(x.weight, x.scale, torch.float32, x.fmt) for x in (ff.w1, ff.w3)]
+        w2t = dequantize(ff.w2.weight, ff.w2.scale, torch.float32, ff.w2.fmt).t()
+        plans.append(calibrate_layer(h, *w, w2t, group_size, gen))
+        inputs[i] = None  # free as we go
+        if progress:
+            progress("calibrating", i + 1, config.n_layers)
+    layout = SparseLayout(group_size)
+    state = model.state_dict()
+    specs = _specs(state, model, layout, checkpoint_dtype(ckpt))
+    produce = permuted(state, plans, checkpoint_dtype(ckpt))
+    dtype = checkpoint_dtype(ckpt)
+
+    def cast(name: str) -> torch.Tensor:
+        t = produce(name)
+        return t if t.dtype == torch.int8 or keeps_fp32(name) else t.to(dtype)
+
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    record = {"group_size": group_size, "levels": list(SPARSE_LEVELS), "sparsity": sparsity, "modes": ["router", "gate"],
+              "calibration": {"file": text_name, "sha256": digest, "tokens": len(ids)}, "seed": seed}
+    metadata = {k: v for k, v in ckpt.metadata.items() if k in ("weights", "weights_version", "lm_head")}
+    metadata.update({"sparse": json.dumps(record), "source": str(Path(src).resolve()), "source_format": ckpt.format})
+    write_progress = None if progress is None else lambda d, t: progress("writing", d, t)
+    save_checkpoint(dst, config, specs, cast, metadata, tokenizer_writer(ckpt), force, write_progress, [src])
+    report = SparsifyReport(str(src), str(dst), group_size, layout.n_groups(config.hidden_dim), sparsity, len(ids),
+                            digest, time.perf_counter() - t0)
+    report.bytes_written = sum(f.stat().st_size for f in Path(dst).iterdir())
+    return report
+
+
+def check_group_size(group_size: int, hidden: int) -> None:
+    if group_size < 1 or group_size & (group_size - 1):
+        raise LlamafastError(f"--group-size must be a power of two (a kernel tile side), got {group_size}")
+    if hidden % group_size:
+        raise LlamafastError(f"--group-size {group_size} does not divide the FFN width {hidden}")
+
+
+def _specs(state: dict[str, torch.Tensor], model, layout: SparseLayout, dtype: torch.dtype):
+    """(name, shape, dtype) of every tensor DST holds, in the model's order; a tied LM head is not written."""
+    tied = model.output.weight.data_ptr() == model.tok_embeddings.weight.data_ptr()
+    c, n = model.config, layout.n_groups(model.config.hidden_dim)
+    specs = []
+    for name, t in state.items():
+        if tied and name == "output.weight":
+            continue
+        prefix, _, rest = name.partition(".feed_forward.")
+        if rest.startswith("w2."):
+            w2t = prefix + ".feed_forward.w2t." + rest.removeprefix("w2.")
+            keep = t.dtype == torch.int8 or keeps_fp32(name)
+            specs.append((w2t, (c.hidden_dim, c.dim) if rest == "w2.weight" else tuple(t.shape), t.dtype if keep else dtype))
+            if rest == "w2.weight":
+                ff = prefix + ".feed_forward."
+                specs += [(ff + "router.weight", (n, c.dim), dtype), (ff + "router_bias", (n,), torch.float32),
+                          (ff + "thresholds", (2, len(layout.levels)), torch.float32)]
+            continue
+        keep = t.dtype == torch.int8 or keeps_fp32(name)
+        specs.append((name, tuple(t.shape), t.dtype if keep else dtype))
+    return specs

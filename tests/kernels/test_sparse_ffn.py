@@ -1,0 +1,165 @@
+"""sparse_ffn (sparse_select + the gather-scatter kernel) against reference.sparse_ffn.
+
+The kernel scores groups in fp32 where the reference rounds norm(x) to the model dtype first, so a group whose
+score sits on the threshold may be decided differently; the tests therefore check the decisions away from the
+threshold, and the output against the reference FFN over the groups the kernel chose."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from llamafast.kernels import sparse_ffn
+
+from llamafast import reference
+from llamafast.bench.registry import fmt_of, rand, weight
+from llamafast.config import MODEL_CONFIGS, ModelConfig, SparseMode
+from llamafast.quant import quantize
+
+from .common import DEVICE, FP8, ON_GPU, tolerance
+
+gpu = [pytest.mark.gpu, pytest.mark.skipif(not ON_GPU, reason="needs a GPU")]
+# (config, group size): odd group counts (C = 96 is no power of two; 200 / 8 = 25 groups, 172 / 4 = 43)
+SHAPES = [
+    pytest.param(ModelConfig(dim=96, n_layers=1, n_heads=6, hidden_dim=200), 8, id="odd-25x8"),
+    pytest.param(MODEL_CONFIGS["stories260K"], 4, id="stories260K-43x4"),
+    *[pytest.param(MODEL_CONFIGS[n], 32, id=n, marks=gpu) for n in ("llama-2-7b", "llama-2-13b")],
+]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def inputs(c: ModelConfig, g: int, dtype, fp8, mode, threshold):
+    f, n = c.hidden_dim, c.hidden_dim // g
+    x, norm_w = rand(1, c.dim, dtype=dtype, device=DEVICE), rand(c.dim, dtype=dtype, device=DEVICE, scale=0.2) + 1
+    (w1, s1), (w3, s3) = (weight(f, c.dim, dtype, DEVICE, fp8) for _ in range(2))
+    w2 = rand(c.dim, f, dtype=dtype, device=DEVICE, scale=f**-0.5)
+    w2t, s2 = (w2.t().contiguous(), None) if fp8 is None else _quantized_t(w2, fp8)
+    router_w = rand(n, c.dim, dtype=dtype, device=DEVICE, scale=c.dim**-0.5)
+    router_b = torch.randn(n, device=DEVICE) * 0.5
+    work = torch.zeros(4 + 2 * n, dtype=torch.int32, device=DEVICE)
+    thr = torch.tensor([threshold], device=DEVICE, dtype=torch.float32)
+    args = (x, norm_w, w1, w3, w2t, router_w, router_b, thr, work, c.norm_eps, g, mode)
+    return args, {"w1_scale": s1, "w3_scale": s3, "w2t_scale": s2, "fmt": fmt_of(fp8)}
+
+
+def _quantized_t(w2, fp8):
+    q, scale, _ = quantize(w2, fp8)  # per output row of w2 = per column of w2t
+    return q.t().contiguous(), scale
+
+
+def scores(args, kw):
+    """fp32 scores the way the kernel computes them: router sigmoid, or the group's |SiLU(gate)| mass."""
+    x, norm_w, w1, _, _, router_w, router_b, _, _, eps, g, mode = args
+    xf = x.float()
+    h = xf * torch.rsqrt(xf.pow(2).mean() + eps) * norm_w.float()
+    if mode == SparseMode.router:
+        return torch.sigmoid(h @ router_w.float().T + router_b)[0]
+    w = reference.dequantize(w1, kw["w1_scale"], torch.float32, kw["fmt"]).float()
+    return torch.nn.functional.silu(h @ w.T)[0].abs().unflatten(0, (-1, g)).sum(-1)
+
+
+def run(args, kw):
+    work = args[8]
+    out = sparse_ffn(*args, **kw)
+    count = int(work[0])
+    n = (work.numel() - 4) // 2
+    active = torch.zeros(n, dtype=torch.bool, device=DEVICE)
+    active[work[4 : 4 + count].long()] = True
+    return out, active
+
+
+def with_groups(args, kw, active):
+    """The reference FFN over exactly these groups (a router whose scores are 1 for them, 0 elsewhere)."""
+    x, norm_w, w1, w3, w2t, router_w, _, _, work, eps, g, _ = args
+    bias = torch.where(active, 50.0, -50.0).to(DEVICE)
+    zero_router = torch.zeros_like(router_w)
+    thr = torch.tensor([0.5], device=DEVICE)
+    return reference.sparse_ffn(x, norm_w, w1, w3, w2t, zero_router, bias, thr, work.clone(), eps, g,
+                                SparseMode.router, **kw)
+
+
+def median_threshold(args, kw):
+    s = scores(args, kw).sort().values
+    return float(s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+
+
+@pytest.mark.parametrize("mode", list(SparseMode), ids=str)
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config,g", SHAPES)
+def test_matches_reference(config, g, dtype, fp8, mode):
+    args, kw = inputs(config, g, dtype, fp8, mode, 0.0)
+    args[7].fill_(median_threshold(args, kw))  # about half the groups
+    out, active = run(args, kw)
+    s, thr = scores(args, kw), float(args[7])
+    clear = (s - thr).abs() > 1e-2 * max(thr, 1e-3)
+    assert torch.equal(active[clear], (s > thr)[clear]), "decisions away from the threshold"
+    assert 0 < int(active.sum()) < active.numel()
+    torch.testing.assert_close(out, with_groups(args, kw, active), **tolerance(dtype))
+
+
+@pytest.mark.parametrize("mode", list(SparseMode), ids=str)
+@pytest.mark.parametrize("config,g", SHAPES)
+def test_no_group_gives_the_residual(config, g, mode):
+    args, kw = inputs(config, g, torch.float16, None, mode, 1e9)
+    out, active = run(args, kw)
+    assert not active.any()
+    torch.testing.assert_close(out, args[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+@pytest.mark.parametrize("config,g", SHAPES)
+def test_every_group_is_the_dense_ffn(config, g, fp8):
+    dtype = torch.float16
+    args, kw = inputs(config, g, dtype, fp8, SparseMode.router, -1.0)
+    out, active = run(args, kw)
+    assert active.all()
+    x, norm_w, w1, w3, w2t, *_ = args
+    eps, fmt = args[9], kw["fmt"]
+    f = reference.rmsnorm_swiglu(x, norm_w, w1, w3, eps, kw["w1_scale"], kw["w3_scale"], fmt=fmt)
+    dense = reference.linear_residual_t(f, w2t, x, kw["w2t_scale"], fmt=fmt)
+    torch.testing.assert_close(out, dense, **tolerance(dtype))
+
+
+@pytest.mark.parametrize("config,g", SHAPES)
+def test_same_bits_every_run(config, g):
+    """The partial rows are summed in a fixed order: no atomics, the same bits on every run."""
+    args, kw = inputs(config, g, torch.float32, None, SparseMode.router, 0.0)
+    args[7].fill_(median_threshold(args, kw))
+    first, _ = run(args, kw)
+    for _ in range(3):
+        assert torch.equal(run(args, kw)[0], first)
+
+
+@pytest.mark.parametrize("config,g", SHAPES)
+def test_counters_and_list(config, g):
+    """count, the ascending id list, and the running totals match the reference's bookkeeping, call after call
+    (on the GPU this checks the last-program compaction's memory ordering under many concurrent programs)."""
+    args, kw = inputs(config, g, torch.float32, None, SparseMode.router, 0.0)
+    levels = scores(args, kw).sort().values
+    work, ref_work = args[8], torch.zeros_like(args[8])
+    ref_args = (*args[:8], ref_work, *args[9:])
+    for i in range(20 if ON_GPU else 3):
+        k = (7 * i + 3) % (len(levels) - 1)
+        args[7].fill_(float(levels[k] + levels[k + 1]) / 2)
+        run(args, kw)
+        reference.sparse_ffn(*ref_args, **kw)
+        count = int(work[0])
+        assert count == len(levels) - 1 - k
+        assert torch.equal(work[4 : 4 + count], ref_work[4 : 4 + count])
+    count = int(work[0])
+    assert work[1] == 0, "the ticket is reset for the next call"
+    assert torch.equal(work[:1], ref_work[:1]) and torch.equal(work[2:4], ref_work[2:4])
+    assert torch.equal(work[4 : 4 + count], ref_work[4 : 4 + count])
+
+
+@pytest.mark.parametrize("mode", list(SparseMode), ids=str)
+def test_bench_inputs_skip_half(mode):
+    """bench --kernels times exactly what its byte count assumes: n - round(n / 2) groups run."""
+    from llamafast.bench.registry import REGISTRY
+
+    config = ModelConfig(dim=96, n_layers=1, n_heads=6, hidden_dim=200)  # 25 groups of 8
+    args, kw = REGISTRY[f"sparse_ffn[{mode.value} 0.5]"].make_inputs(config, torch.float32, DEVICE, 1, None)
+    out, active = run(args, kw)
+    assert int(active.sum()) == 25 - round(25 / 2)
+    torch.testing.assert_close(out, reference.sparse_ffn(*args[:8], args[8].clone(), *args[9:], **kw),
+                               **tolerance(torch.float32))
