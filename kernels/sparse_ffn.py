@@ -9,10 +9,10 @@ sparse_select.py first leaves the count and the ascending list of active groups 
            contiguous: neurons were permuted into groups at calibration) and writes SiLU(gate) * up in list order;
   scatter  program (k, b) walks the k-th of SPLITS shares of the listed groups over BLOCK_C output columns,
            one (G, BLOCK_C) tile of W2t (F, C: one contiguous row per neuron, as in the LTE kernel, SPARSE.md)
-           per group, into a partial row;
-  reduce   out = x + the SPLITS partial rows, in order.
-The sum is the same on every run (no atomics). Measured on the way here (H100, 7B, bf16, half the groups;
-scripts/results/sparse/): one fused kernel per group (gate, up and down in each program, fp32 atomic adds)
+           per group, into a partial row; the last of the SPLITS programs of a column block to finish writes
+           out = x + the partial rows, in order (a separate reduction kernel cost 1.6 us and a launch per layer).
+The sum is the same on every run (no atomic adds of values). Measured on the way here (H100, 7B, bf16, half the
+groups; scripts/experiments/sparse/): one fused kernel per group (gate, up and down in each program, fp32 atomic adds)
 reached 62% of the copy bandwidth and 34% with FP8 weights; a scatter with one program per 32 listed neurons
 and 256 columns took 33 us for 45 MB (each program one large tile: too few programs resident per SM to cover
 memory latency), and its atomic adds cost more as the programs grew more numerous (rows of 8: 160-250 us).
@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import SparseMode, WeightFormat
+from llamafast.config import SPARSE_COLUMN_BLOCKS, SparseMode, WeightFormat
 
 from ._common import cdiv, check_rows, check_vector, decode_weights, next_pow2, w_fp8
 from .gemv import dot_rows
@@ -44,14 +44,13 @@ class SparseConfig:
 
 
 # (F, C, bytes per weight) -> launch, router mode's winners (gate mode shares them). H100, 7B, half the groups
-# (scripts/results/sparse/tune_split_7b.json): 64.5 us for the whole sparse FFN in bf16 (the dense FFN's kernels:
-# 99.0 us), 42.5 us with E5M2 weights (dense 55.6 us). Untuned shapes take DEFAULT.
+# (scripts/results/sparse/tune_7b.json): 60.7 us for the whole sparse FFN in bf16 (the dense FFN's kernels:
+# 99.5 us), 42.0 us with E5M2 weights (dense 55.8 us). Untuned shapes take DEFAULT.
 CONFIGS: dict[tuple[int, int, int], SparseConfig] = {
-    (11008, 4096, 2): SparseConfig(block_n=16, block_k=256, num_warps=8, splits=16, block_c=128, scatter_warps=1),
-    (11008, 4096, 1): SparseConfig(block_n=8, block_k=256, num_warps=4, splits=32, block_c=64, scatter_warps=1),
+    (11008, 4096, 2): SparseConfig(block_n=16, block_k=256, num_warps=8, splits=32, block_c=128, scatter_warps=1),
+    (11008, 4096, 1): SparseConfig(block_n=4, block_k=1024, num_warps=4, splits=32, block_c=128, scatter_warps=1),
 }
 DEFAULT = SparseConfig(block_n=2, block_k=512, num_warps=1, splits=16, block_c=64, scatter_warps=1)
-_REDUCE_C = 128
 
 
 @triton.jit
@@ -86,15 +85,16 @@ def _gather_kernel(
 
 @triton.jit
 def _scatter_kernel(
-    h_ptr, w2t_ptr, s2_ptr, work_ptr, part_ptr,  # h (F,) fp32 in list order; partials (SPLITS, C) fp32
-    C, stride_w2,
+    h_ptr, w2t_ptr, s2_ptr, x_ptr, work_ptr, part_ptr, out_ptr,  # h (F,) fp32 in list order; partials (SPLITS, C)
+    C, stride_w2, n_groups,
     G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_C: tl.constexpr, EVEN_C: tl.constexpr, W_FP8: tl.constexpr,
 ):
     """partial[k, c] = sum over the k-th share of the listed groups, i over a group's G neurons, of
-    h[slot * G + i] * W2t[group * G + i, c], for BLOCK_C columns c: one (G, BLOCK_C) tile per listed group,
-    the next group's id loaded beside the tile, so each step waits on memory once."""
-    k = tl.program_id(0)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    h[slot * G + i] * W2t[group * G + i, c], for BLOCK_C columns c: one (G, BLOCK_C) tile per listed group, the
+    next group's id loaded beside the tile, so each step waits on memory once. The last of a column block's
+    SPLITS programs to finish (a ticket, as in sparse_select._compact) writes out = x + its partials, in order."""
+    k, b = tl.program_id(0), tl.program_id(1)
+    c = b * BLOCK_C + tl.arange(0, BLOCK_C)
     i = tl.arange(0, G)
     count = tl.load(work_ptr)
     per = tl.cdiv(count, SPLITS)
@@ -114,16 +114,14 @@ def _scatter_kernel(
     if W_FP8 == 2:  # E4M3: W2t's scales are per output column
         part = part * tl.load(s2_ptr + c, mask=c < C, other=0.0)
     tl.store(part_ptr + k * C + c, part, mask=c < C)
-
-
-@triton.jit
-def _reduce_kernel(part_ptr, x_ptr, out_ptr, C, SPLITS: tl.constexpr, BLOCK_C: tl.constexpr):
-    """out = x + the SPLITS partial rows, summed in order: the same bits on every run."""
-    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    k = tl.arange(0, SPLITS)
-    parts = tl.load(part_ptr + k[:, None] * C + c[None, :], mask=(c < C)[None, :], other=0.0)
-    x = tl.load(x_ptr + c, mask=c < C, other=0.0).to(tl.float32)
-    tl.store(out_ptr + c, (x + tl.sum(parts, axis=0)).to(out_ptr.dtype.element_ty), mask=c < C)
+    tl.debug_barrier()  # every thread's partial stores precede the release below
+    ticket_ptr = work_ptr + 4 + 2 * n_groups + b
+    if tl.atomic_add(ticket_ptr, 1, sem="acq_rel") == SPLITS - 1:
+        ks = tl.arange(0, SPLITS)
+        parts = tl.load(part_ptr + ks[:, None] * C + c[None, :], mask=(c < C)[None, :], other=0.0, volatile=True)
+        x = tl.load(x_ptr + c, mask=c < C, other=0.0).to(tl.float32)
+        tl.store(out_ptr + c, (x + tl.sum(parts, axis=0)).to(out_ptr.dtype.element_ty), mask=c < C)
+        tl.store(ticket_ptr, 0)
 
 
 def check_group_size(group_size: int, hidden_dim: int) -> None:
@@ -153,11 +151,12 @@ def sparse_ffn(x, norm_w, w1, w3, w2t, router_w, router_b, threshold, work, eps,
         W_FP8=code, GATE_GIVEN=mode == SparseMode.gate, num_warps=cfg.num_warps,
     )
     block_c = min(cfg.block_c, next_pow2(c))
+    assert cdiv(c, block_c) <= SPARSE_COLUMN_BLOCKS, f"{cdiv(c, block_c)} column blocks: BLOCK_C too small for C"
     parts = torch.empty((cfg.splits, c), device=x.device, dtype=torch.float32)
-    _scatter_kernel[(cfg.splits, cdiv(c, block_c))](
-        h, w2t, w1 if w2t_scale is None else w2t_scale, work, parts, c, w2t.stride(0), G=group_size,
-        SPLITS=cfg.splits, BLOCK_C=block_c, EVEN_C=c % block_c == 0, W_FP8=code, num_warps=cfg.scatter_warps,
-    )
     out = torch.empty_like(x)
-    _reduce_kernel[(cdiv(c, _REDUCE_C),)](parts, x, out, c, SPLITS=cfg.splits, BLOCK_C=_REDUCE_C)
+    _scatter_kernel[(cfg.splits, cdiv(c, block_c))](
+        h, w2t, w1 if w2t_scale is None else w2t_scale, x, work, parts, out, c, w2t.stride(0), f // group_size,
+        G=group_size, SPLITS=cfg.splits, BLOCK_C=block_c, EVEN_C=c % block_c == 0, W_FP8=code,
+        num_warps=cfg.scatter_warps,
+    )
     return out

@@ -8,8 +8,8 @@ program to finish (a ticket taken with an acq_rel atomic after a CTA barrier) tu
 the ascending list of active ids, so the list is the same on every run, and resets the ticket for the next call.
 No host sync: the FFN kernels (sparse_ffn.py) read the count and list on the device. Compacting in each reader
 instead (every FFN program loading the flags and taking a prefix sum) was slower: 72.8 against 64.5 us for the
-whole 7B FFN at half sparsity in bf16 (scripts/results/sparse/tune_listed_7b.json, tune_split_7b.json).
-work (int32): [count, ticket, calls, groups run so far, ids (n), flags (n)].
+whole 7B FFN at half sparsity in bf16 (scripts/experiments/sparse/tune_listed_7b.json, tune_split_7b.json).
+work (int32): [count, ticket, calls, groups run so far, ids (n), flags (n), scatter tickets], sparse_work_size(n).
 """
 
 from __future__ import annotations
@@ -18,16 +18,17 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import SparseMode, WeightFormat
+from llamafast.config import SparseMode, WeightFormat, sparse_work_size
 
 from ._common import cdiv, check_rows, check_vector, next_pow2
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 
 # (rows, C, bytes per weight) -> launch: the router (n groups x C) and, in gate mode, W1 (F x C; the program's
-# rows are whole groups). H100, 7B (scripts/results/sparse/tune_split_7b.json): the router's selection 7.4 us, the
-# gate's 36-38 us in bf16 (W1 is 90 MB). Untuned shapes take gemv_config's default (router) or GATE_DEFAULT.
+# rows are whole groups). H100, 7B (scripts/results/sparse/tune_7b.json): the router's selection 6.3 us alone (its
+# GEMV reads 2.8 MB; launch and the compaction tail are most of it); the gate's 36-38 us in bf16 (W1 is 90 MB,
+# scripts/experiments/sparse/tune_split_7b.json). Untuned shapes take gemv_config's default or GATE_DEFAULT.
 CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
-    (344, 4096, 2): GemvConfig(block_n=1, block_k=1024, num_warps=4),
+    (344, 4096, 2): GemvConfig(block_n=4, block_k=2048, num_warps=4),
 }
 GATE_DEFAULT = GemvConfig(block_n=32, block_k=256, num_warps=4)
 
@@ -97,7 +98,7 @@ def select_groups(x, norm_w, w1, router_w, router_b, threshold, work, eps, group
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
     check_vector("threshold", threshold, 1)
-    assert work.dtype == torch.int32 and work.numel() == 4 + 2 * n, "work: int32 (4 + 2 n)"
+    assert work.dtype == torch.int32 and work.numel() == sparse_work_size(n), "work: int32, sparse_work_size(n)"
     table = configs or CONFIGS
     common = {"BLOCK_ALL": next_pow2(n)}
     if mode == SparseMode.router:

@@ -171,6 +171,15 @@ class SparseLayout:
         return hidden_dim // self.group_size
 
 
+# The sparse FFN kernels' int32 scratch per layer: [count, ticket, calls, groups run so far, the active ids (n),
+# one flag per group (n), one ticket per output column block of the scatter (at most SPARSE_COLUMN_BLOCKS)].
+SPARSE_COLUMN_BLOCKS = 512
+
+
+def sparse_work_size(n_groups: int) -> int:
+    return 4 + 2 * n_groups + SPARSE_COLUMN_BLOCKS
+
+
 @dataclass(frozen=True)
 class SparseRun:
     """What a run asks of a sparse FFN: the fraction of groups to skip, and how they are picked."""

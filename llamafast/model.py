@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from llamafast.config import ModelConfig, SparseLayout, SparseMode, SparseRun, WeightFormat
+from llamafast.config import ModelConfig, SparseLayout, SparseMode, SparseRun, WeightFormat, sparse_work_size
 from llamafast.errors import LlamafastError
 
 if TYPE_CHECKING:
@@ -160,7 +160,8 @@ class Transformer(nn.Module):
             if not hasattr(ffn, "work"):  # per-layer device scratch, kept for the graphs that capture it
                 n, device = ffn.router_bias.numel(), table.device
                 ffn.register_buffer("threshold", torch.zeros(1, device=device), persistent=False)
-                ffn.register_buffer("work", torch.zeros(4 + 2 * n, dtype=torch.int32, device=device), persistent=False)
+                work = torch.zeros(sparse_work_size(n), dtype=torch.int32, device=device)
+                ffn.register_buffer("work", work, persistent=False)
             ffn.threshold.copy_((table[i] + (table[i + 1] - table[i]) * t).reshape(1))
             ffn.work.zero_()
 

@@ -86,8 +86,8 @@ def rmsnorm_lm_head(x, norm_w, w, eps, w_scale=None, fmt=FLOAT):
 
 # The sparse FFN (llamafast/sparse.py builds its parts). Groups of G neurons are contiguous rows of w1 and w3
 # and of w2t, the down projection stored transposed (F, C); its E4M3 scales are per output column (C,), the
-# same numbers as w2's per-row scales. work is the kernels' int32 scratch: [count, ticket, calls, groups run
-# so far, the active groups' ids (n), each group's flag (n)]; the reference fills the same counters.
+# same numbers as w2's per-row scales. work is the kernels' int32 scratch (config.sparse_work_size); the
+# reference fills the same counters.
 
 def linear_residual_t(x, w2t, residual, w2t_scale=None, fmt=FLOAT):
     """residual + x @ w2t for a transposed weight (F, C): the dense down projection of a sparsified model."""
@@ -132,4 +132,4 @@ def _count(work, active):
     work[2] += active.shape[0]
     work[3] += active.sum()
     work[4 : 4 + n] = torch.argsort((~last).to(torch.uint8), stable=True)  # active ids first, ascending
-    work[4 + n :] = last
+    work[4 + n : 4 + 2 * n] = last

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tried as a user: every `llamafast` command in README.md's bash blocks, exactly as written, from the clone's
 # root, with HOME set to a temporary folder whose ~/llama-2-7b (Meta format) and ~/Llama-2-7b-chat-hf (Hugging
-# Face) are copies of the test data's stories260K. Fails on any traceback, and on any failure except, on a
+# Face) are copies of the test data's stories260K, and ~/calibration.txt is text it sampled. Fails on any traceback, and on any failure except, on a
 # machine without a CUDA GPU, a one-line `error:` from a command that needs a GPU or a 7B model's memory.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,7 @@ home=$(mktemp -d)
 trap 'rm -rf "$home"' EXIT
 cp -r "$data/meta" "$home/llama-2-7b" && cp "$data/tok512.model" "$home/llama-2-7b/tokenizer.model"
 cp -r "$data/hf" "$home/Llama-2-7b-chat-hf"
+cp tests/data/stories260K_calibration.txt "$home/calibration.txt"  # sparsify's text: the model's own samples
 gpu=$(python -c "import torch; print(int(torch.cuda.is_available()))")
 
 commands=$(awk '/^```bash/{on=1; next} /^```/{on=0} on && /(^|\| )llamafast /' README.md)

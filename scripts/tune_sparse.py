@@ -105,19 +105,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="llama-2-7b")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--variants", default="router-bf16,router-fp8,gate-bf16,gate-fp8", help="which to sweep")
     a = ap.parse_args()
     config, dtype = model_config(a.shape), torch.bfloat16
     copy_bw = copy_bandwidth(torch.device("cuda"))
     rows, summary = [], []
-    for name in ("sparse_ffn[router 0.5]", "sparse_ffn[gate 0.5]"):
-        for fp8 in (None, FP8Format.e5m2):
-            r, s = sweep(name, config, dtype, fp8, copy_bw)
-            s["dense_ffn_us"] = dense_ffn_us(config, dtype, fp8)
-            rows += r
-            summary.append(s)
-            with open(a.out, "w") as f:  # after each variant: a timeout keeps what was measured
-                json.dump({"shape": a.shape, "copy_bw_gb_s": copy_bw, "environment": environment(torch.device("cuda")),
-                           "summary": summary, "rows": rows}, f, indent=1)
+    for variant in a.variants.split(","):
+        mode, weights = variant.split("-")
+        name, fp8 = f"sparse_ffn[{mode} 0.5]", None if weights == "bf16" else FP8Format.e5m2
+        r, s = sweep(name, config, dtype, fp8, copy_bw)
+        s["dense_ffn_us"] = dense_ffn_us(config, dtype, fp8)
+        rows += r
+        summary.append(s)
+        with open(a.out, "w") as f:  # after each variant: a timeout keeps what was measured
+            json.dump({"shape": a.shape, "copy_bw_gb_s": copy_bw, "environment": environment(torch.device("cuda")),
+                       "summary": summary, "rows": rows}, f, indent=1)
     print(f"{a.shape}, copy bandwidth {copy_bw:.0f} GB/s; best per variant:")
     for s in summary:
         print(f"  {s['kernel']:24} {s['fp8'] or 'bf16':5} {s['us']:6.1f} us {s['gb_s']:5.0f} GB/s "

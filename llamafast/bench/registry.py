@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from llamafast import reference
-from llamafast.config import ModelConfig, SparseLayout, SparseMode, WeightFormat
+from llamafast.config import ModelConfig, SparseLayout, SparseMode, WeightFormat, sparse_work_size
 from llamafast.model import rope_tables
 from llamafast.quant import FP8Format, quantize
 
@@ -125,7 +125,7 @@ def sparse_inputs(mode: SparseMode):
             wf = reference.dequantize(w1, s1, torch.float32, fmt_of(fp8)).float()
             mass = torch.nn.functional.silu(h @ wf.T)[0].abs().unflatten(0, (n, g)).sum(-1).sort().values
             thr = ((mass[n // 2 - 1] + mass[n // 2]) / 2).reshape(1)
-        work = torch.zeros(4 + 2 * n, dtype=torch.int32, device=device)
+        work = torch.zeros(sparse_work_size(n), dtype=torch.int32, device=device)
         args = (x, norm_w, w1, w3, w2t, parts["router.weight"], parts["router_bias"], thr, work, c.norm_eps, g, mode)
         return args, {"w1_scale": s1, "w3_scale": s3, "w2t_scale": s2, "fmt": fmt_of(fp8)}
 

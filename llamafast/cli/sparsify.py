@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -19,7 +19,7 @@ def sparsify(
     dst: Annotated[Path, typer.Argument(help="The llamafast checkpoint directory to write.")],
     text: Annotated[Path, typer.Option(help="UTF-8 calibration text (at least 512 tokens; up to 16,384 are used). Measure quality on other text.")],
     sparsity: Annotated[float, typer.Option(help=f"The fraction of neuron groups DST skips by default, 0..{MAX_SPARSITY} (thresholds are stored for every level, so generate/bench --sparsity can change it).")] = 0.5,
-    group_size: Annotated[int, typer.Option(help="Neurons per group: a power of two that divides the FFN width.")] = 32,
+    group_size: Annotated[Optional[int], typer.Option(help="Neurons per group: a power of two that divides the FFN width [default: 32, or the largest power of two below it that divides the width].")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the clustering (the same inputs and seed give the same bytes).")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Overwrite DST if it is a llamafast checkpoint.")] = False,
     tokenizer: TokenizerOpt = None,

@@ -44,7 +44,7 @@ class SparsifyReport:
     thresholds: list = field(default_factory=list)  # per layer, [router, gate] at the default sparsity
 
 
-def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, group_size: int = 32, seed: int = 0,
+def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, group_size: int | None = None, seed: int = 0,
              force: bool = False, tokenizer: Path | None = None, device: torch.device | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> SparsifyReport:
     t0 = time.perf_counter()
@@ -54,6 +54,7 @@ def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, g
     ckpt, config = opened.checkpoint, opened.config
     if sparse_layout(ckpt) is not None:
         raise LlamafastError(f"{src} is already sparsified; sparsify its dense source instead")
+    group_size = group_size or min(32, config.hidden_dim & -config.hidden_dim)  # 32, or what divides F
     check_group_size(group_size, config.hidden_dim)
     ids = opened.tokenizer.encode(text)[:MAX_TOKENS]
     if len(ids) < MIN_TOKENS:

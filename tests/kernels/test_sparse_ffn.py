@@ -12,7 +12,7 @@ from llamafast.kernels import sparse_ffn
 
 from llamafast import reference
 from llamafast.bench.registry import fmt_of, rand, weight
-from llamafast.config import MODEL_CONFIGS, ModelConfig, SparseMode
+from llamafast.config import MODEL_CONFIGS, ModelConfig, SparseMode, sparse_work_size
 from llamafast.quant import quantize
 
 from .common import DEVICE, FP8, ON_GPU, tolerance
@@ -35,7 +35,7 @@ def inputs(c: ModelConfig, g: int, dtype, fp8, mode, threshold):
     w2t, s2 = (w2.t().contiguous(), None) if fp8 is None else _quantized_t(w2, fp8)
     router_w = rand(n, c.dim, dtype=dtype, device=DEVICE, scale=c.dim**-0.5)
     router_b = torch.randn(n, device=DEVICE) * 0.5
-    work = torch.zeros(4 + 2 * n, dtype=torch.int32, device=DEVICE)
+    work = torch.zeros(sparse_work_size(n), dtype=torch.int32, device=DEVICE)
     thr = torch.tensor([threshold], device=DEVICE, dtype=torch.float32)
     args = (x, norm_w, w1, w3, w2t, router_w, router_b, thr, work, c.norm_eps, g, mode)
     return args, {"w1_scale": s1, "w3_scale": s3, "w2t_scale": s2, "fmt": fmt_of(fp8)}
@@ -61,7 +61,7 @@ def run(args, kw):
     work = args[8]
     out = sparse_ffn(*args, **kw)
     count = int(work[0])
-    n = (work.numel() - 4) // 2
+    n = args[2].shape[0] // args[10]
     active = torch.zeros(n, dtype=torch.bool, device=DEVICE)
     active[work[4 : 4 + count].long()] = True
     return out, active
