@@ -147,6 +147,8 @@ class Transformer(nn.Module):
         (the mode is baked into the graph; a new sparsity only rewrites the thresholds). Counters restart."""
         if run is not None and self.layout is None:
             raise LlamafastError("--sparsity needs a sparsified checkpoint (make one with llamafast sparsify)")
+        if run is not None and run.sparsity > 0 and self.backend.step == "compile":
+            raise LlamafastError("the sparse FFN runs on the triton and reference backends, not compile")
         self.sparse = run if run is not None and run.sparsity > 0 else None
         if self.sparse is None:
             return

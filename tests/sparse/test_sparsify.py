@@ -116,6 +116,17 @@ def test_exact_sparsity_random_routers(tiny_config):
         assert ran == possible - 4 * 2 * round(s * 11)
 
 
+def test_compile_backend_refuses_a_sparse_run(sparse_dir):
+    """The sparse FFN was never run under torch.compile (its counters are in-place writes): refused, not guessed."""
+    from llamafast.backends import with_backend
+    from llamafast.errors import LlamafastError
+
+    model = with_backend(load_model(sparse_dir, device=CPU).model, Backend.compile)
+    model.set_sparsity(SparseRun(0.0))  # dense is fine
+    with pytest.raises(LlamafastError, match="triton and reference"):
+        model.set_sparsity(SparseRun(0.5))
+
+
 def test_balanced_assign_fills_every_group():
     ids = balanced_assign(torch.randn(64, 8), 8)
     assert torch.bincount(ids, minlength=8).tolist() == [8] * 8
