@@ -127,6 +127,23 @@ def test_compile_backend_refuses_a_sparse_run(sparse_dir):
         model.set_sparsity(SparseRun(0.5))
 
 
+def test_bench_twins_share_the_dense_function(sparse_dir, tiny_config):
+    """bench's dense baseline of a sparsified checkpoint (w2t transposed back), and the sparse twin of a dense
+    model (exact routers): each pair computes the same dense logits."""
+    from llamafast.bench.decode import sparse_pair
+    from llamafast.load import random_model
+
+    for lm, group in ((load_model(sparse_dir, device=CPU), 4), (random_model("stories260K", CPU), 4)):
+        dense, sparse = sparse_pair(lm, group)
+        assert dense.model.layout is None and sparse.model.layout is not None
+        tokens = torch.tensor([1, 403, 407, 261])
+        out = []
+        for model in (dense.model, sparse.model):
+            model.setup_cache(8)
+            out.append(model(tokens, torch.tensor(0), all_logits=True))
+        torch.testing.assert_close(out[0], out[1])
+
+
 def test_balanced_assign_fills_every_group():
     ids = balanced_assign(torch.randn(64, 8), 8)
     assert torch.bincount(ids, minlength=8).tolist() == [8] * 8
