@@ -72,23 +72,15 @@ def bench(
         if n_prompt < 1 or n_new < 2:
             raise LlamafastError("--prompt-len must be at least 1 and --new-tokens at least 2")
         check_context(n_prompt, n_new, max_seq_len)
-        runs = [SparseRun(s, m) for m in (sparse_mode or [SparseMode.router])
-                for s in parse_floats(sparsity, "--sparsity") if s > 0]
-        layout = None if isinstance(source, str) else sparse_layout(source.checkpoint)
-        if sparsity is not None and isinstance(source, str):
-            _check_group(group_size, model_config(source).hidden_dim)
-        elif sparsity is not None and layout is None:
-            raise LlamafastError(f"--sparsity needs a sparsified checkpoint or --random-weights; {source.checkpoint.path} has no routers")
-        if sparsity is not None:
-            resolve_backend(Backend.triton, dev)  # the sparse FFN is timed on its kernels
-        default = [Backend.triton] if fmt or runs else list(Backend) if dev.type == "cuda" else [Backend.reference]
+        runs = _sparse_runs(sparsity, sparse_mode, group_size, source, dev)
+        default = [Backend.triton] if fmt or runs is not None else list(Backend) if dev.type == "cuda" else [Backend.reference]
         lm = _bench_model(run, source, dev, dtype)
         models = [lm, quantized(lm, fmt)] if fmt else [lm]
         twins = None
-        if sparsity is not None:
+        if runs is not None:
             pairs = [sparse_pair(m, group_size) for m in models]
             models, twins = [p[0] for p in pairs], [p[1] for p in pairs]
-        report = run_bench(models, backend or default, n_prompt, n_new, twins, runs)
+        report = run_bench(models, backend or default, n_prompt, n_new, twins, runs or [])
         if not emit_json(report.to_dict(), out, json_out):
             _print_report(report)
 
@@ -96,6 +88,21 @@ def bench(
 # The preset keys bench reads (it decodes greedily: a [sampling] table would be ignored, so it is refused).
 BENCH_KEYS = {"model", "tokenizer", "shape", "random_weights", "device", "dtype", "backend", "max_new_tokens",
               "prompt_len"}
+
+
+def _sparse_runs(sparsity: str | None, modes, group_size: int, source, dev) -> list[SparseRun] | None:
+    """The sparse runs asked for (None: no --sparsity), checked before any weights load."""
+    if sparsity is None:
+        if modes:
+            raise LlamafastError("--sparse-mode applies only with --sparsity")
+        return None
+    runs = [SparseRun(s, m) for m in (modes or [SparseMode.router]) for s in parse_floats(sparsity, "--sparsity") if s > 0]
+    if isinstance(source, str):
+        _check_group(group_size, model_config(source).hidden_dim)
+    elif sparse_layout(source.checkpoint) is None:
+        raise LlamafastError(f"--sparsity needs a sparsified checkpoint or --random-weights; {source.checkpoint.path} has no routers")
+    resolve_backend(Backend.triton, dev)  # the sparse FFN is timed on its kernels
+    return runs
 
 
 def _lengths(text: str | None, context: int, kernels: bool = False) -> list[int]:

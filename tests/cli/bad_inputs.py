@@ -326,6 +326,7 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
              "has no routers"),
         Case("bench", "--sparsity values that are not numbers", lambda t: [*BENCH, "--sparsity", "half"],
              "comma-separated numbers"),
+        Case("bench", "--sparse-mode without --sparsity", lambda t: [*BENCH, "--sparse-mode", "gate"], "only with --sparsity"),
         Case("eval", "--sparsity on a checkpoint without routers", lambda t: ["--sparsity", "0.5"], "has no routers"),
     ],
     "bench and info": [
