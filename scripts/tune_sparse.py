@@ -35,7 +35,7 @@ def gather_candidates(base: SparseConfig) -> list[SparseConfig]:
 
 def scatter_candidates(base: SparseConfig) -> list[SparseConfig]:
     out = []
-    for splits, bc, w in itertools.product([8, 16, 32, 64], [32, 64, 128], [1, 2, 4]):
+    for splits, bc, w in itertools.product([8, 16, 32, 64], [32, 64, 128, 256, 512], [1, 2, 4, 8]):
         if 8 <= 32 * bc / (32 * w) <= 128:  # a (G = 32, BLOCK_C) tile per step
             out.append(dataclasses.replace(base, splits=splits, block_c=bc, scatter_warps=w))
     return out
