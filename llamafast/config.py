@@ -147,7 +147,7 @@ class WeightFormat(str, Enum):
 
 
 class SparseMode(str, Enum):
-    """How a sparse FFN picks the neuron groups it runs for a token (llamafast/sparse.py)."""
+    """How a sparse FFN picks the neuron groups it runs for a token (llamafast/sparse/)."""
 
     router = "router"  # a trained linear router scores each group before anything runs: gate, up, down skipped
     gate = "gate"  # the gate projection runs dense; groups with little |SiLU(gate)| skip up and down
@@ -169,6 +169,11 @@ class SparseLayout:
 
     def n_groups(self, hidden_dim: int) -> int:
         return hidden_dim // self.group_size
+
+
+def default_group_size(hidden_dim: int) -> int:
+    """32 neurons per group, or the largest power of two below it that divides the FFN width (stories260K: 4)."""
+    return min(32, hidden_dim & -hidden_dim)
 
 
 # The sparse FFN kernels' int32 scratch per layer: [count, ticket, calls, groups run so far, the active ids (n),

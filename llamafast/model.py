@@ -52,7 +52,7 @@ class FeedForward(nn.Module):
         if layout is None:
             self.w2 = _Linear(c.dim, c.hidden_dim)  # down
             return
-        # Sparsified (llamafast/sparse.py): neurons permuted into groups, the down projection transposed (one
+        # Sparsified (llamafast/sparse/): neurons permuted into groups, the down projection transposed (one
         # row per neuron; E4M3 scales per output column), a router and per-level thresholds [router, gate].
         self.w2t = _Linear(c.hidden_dim, c.dim)
         self.router = _Linear(layout.n_groups(c.hidden_dim), c.dim)
@@ -176,6 +176,11 @@ class Transformer(nn.Module):
                 calls, groups = work[2:4].tolist()
                 ran, possible = ran + groups, possible + calls * layer.feed_forward.router_bias.numel()
         return ran, possible
+
+    def groups_skipped(self) -> float | None:
+        """The share of groups the sparse FFN skipped since set_sparsity; None when it has not run."""
+        ran, possible = self.sparse_counts()
+        return 1 - ran / possible if possible else None
 
     @property
     def weight_formats(self) -> tuple[WeightFormat, WeightFormat]:

@@ -84,7 +84,7 @@ def rmsnorm_lm_head(x, norm_w, w, eps, w_scale=None, fmt=FLOAT):
     return (rmsnorm(x, norm_w, eps) @ dequantize(w, w_scale, x.dtype, fmt).T).float()
 
 
-# The sparse FFN (llamafast/sparse.py builds its parts). Groups of G neurons are contiguous rows of w1 and w3
+# The sparse FFN (llamafast/sparse/ builds its parts). Groups of G neurons are contiguous rows of w1 and w3
 # and of w2t, the down projection stored transposed (F, C); its E4M3 scales are per output column (C,), the
 # same numbers as w2's per-row scales. work is the kernels' int32 scratch (config.sparse_work_size); the
 # reference fills the same counters.

@@ -105,8 +105,8 @@ def read_tensor(ckpt: Checkpoint, sources: list[str], device: torch.device, dtyp
     parts = []
     for name in sources:
         t = ckpt.tensors[name].load()
-        keep = t.dtype == torch.int8
-        parts.append(t.to(device=device) if keep else t.to(device=device, dtype=torch.float32 if keeps_fp32(name) else dtype))
+        stored = t.dtype if t.dtype == torch.int8 else torch.float32 if keeps_fp32(name) else dtype
+        parts.append(t.to(device=device, dtype=stored))
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 

@@ -72,7 +72,7 @@ def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_toke
     ttft, decode_s = stamps[0] - t0, stamps[-1] - stamps[0]
     n = new_tokens - 1  # decode steps timed: each feeds the token at position len(prompt) + i
     kv = model.kv_bytes_per_position() * (len(prompt) + (n + 1) / 2)  # mean context read per step
-    skipped = _groups_skipped(model)
+    skipped = model.groups_skipped()
     per_token = model.weight_bytes_per_token() - _skipped_bytes(model, skipped or 0.0) + kv
     tps = n / decode_s if n else float("nan")
     gb_s = per_token * tps / 1e9
@@ -82,12 +82,6 @@ def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_toke
         backend.value, lm.weights, startup, ttft * 1e3, len(prompt) / ttft, n, tps, 1e3 / tps, per_token, gb_s, 0.0,
         peak, sparse and sparse.sparsity, sparse and sparse.mode.value, skipped,
     )
-
-
-def _groups_skipped(model) -> float | None:
-    """The share of groups the sparse FFN skipped over every decode step it ran (warm-up included)."""
-    ran, possible = model.sparse_counts()
-    return 1 - ran / possible if model.sparse is not None and possible else None
 
 
 def _skipped_bytes(model, skipped: float) -> int:

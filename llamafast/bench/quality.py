@@ -95,10 +95,9 @@ def compare(base: LoadedModel, variants: dict[str, LoadedModel], pieces: list[li
     report.results.append(VariantQuality("base (" + base.weights + ")", _ppl(nll["base"])))
     for name, lm in variants.items():
         kl = torch.cat(kls[name]).double()
-        ran, possible = lm.model.sparse_counts()
         report.results.append(VariantQuality(
             name, _ppl(nll[name]), kl.mean().item(), kl.median().item(), torch.quantile(kl, 0.99).item(),
-            torch.cat(agree[name]).mean().item(), 1 - ran / possible if possible else None))
+            torch.cat(agree[name]).mean().item(), lm.model.groups_skipped()))
     return report
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from llamafast import reference
-from llamafast.config import ModelConfig, SparseLayout, SparseMode, WeightFormat, sparse_work_size
+from llamafast.config import ModelConfig, SparseLayout, SparseMode, WeightFormat, default_group_size, sparse_work_size
 from llamafast.model import rope_tables
 from llamafast.quant import FP8Format, quantize
 
@@ -97,33 +97,28 @@ def lm_head_inputs(c: ModelConfig, dtype, device, context, fp8=None, rows: int =
     return (*norm_inputs(c, dtype, device, rows), w, c.norm_eps), {"w_scale": s, "fmt": fmt_of(fp8)}
 
 
-# The sparse FFN at half of its groups skipped, groups of 32 (fewer where 32 does not divide F): router mode with
+# The sparse FFN at half of its groups skipped, groups of config.default_group_size: router mode with
 # exact_parts' router (every call runs exactly n/2 groups), gate mode with the threshold midway between the two
 # middle group masses of this x.
 SPARSE_SKIP = 0.5
-
-
-def sparse_group(c: ModelConfig) -> int:
-    return min(32, c.hidden_dim & -c.hidden_dim)  # the largest power of two dividing F, at most 32
 
 
 def sparse_inputs(mode: SparseMode):
     def make(c: ModelConfig, dtype, device, context, fp8=None):
         from llamafast.sparse import exact_parts
 
-        (x, norm_w), f, g = norm_inputs(c, dtype, device), c.hidden_dim, sparse_group(c)
+        (x, norm_w), f, g = norm_inputs(c, dtype, device), c.hidden_dim, default_group_size(c.hidden_dim)
         n = f // g
         (w1, s1), (w3, s3) = (weight(f, c.dim, dtype, device, fp8) for _ in range(2))
         w2 = rand(c.dim, f, dtype=dtype, device=device, scale=f**-0.5)
         w2t, s2 = (w2.t().contiguous(), None) if fp8 is None else _transposed_fp8(w2, fp8)
         layout = SparseLayout(g, (0.0, SPARSE_SKIP))
-        parts = exact_parts(c, layout, dtype, device, torch.Generator(device=device).manual_seed(0), w1.float()
-                            if fp8 is None else reference.dequantize(w1, s1, torch.float32, fmt_of(fp8)), norm_w)
+        w1f = reference.dequantize(w1, s1, torch.float32, fmt_of(fp8)).float()
+        parts = exact_parts(c, layout, dtype, device, torch.Generator(device=device).manual_seed(0), w1f, norm_w)
         thr = parts["thresholds"][0, 1:].clone()
         if mode == SparseMode.gate:
             h = reference.rmsnorm(x.float(), norm_w.float(), c.norm_eps)
-            wf = reference.dequantize(w1, s1, torch.float32, fmt_of(fp8)).float()
-            mass = torch.nn.functional.silu(h @ wf.T)[0].abs().unflatten(0, (n, g)).sum(-1).sort().values
+            mass = torch.nn.functional.silu(h @ w1f.T)[0].abs().unflatten(0, (n, g)).sum(-1).sort().values
             thr = ((mass[n // 2 - 1] + mass[n // 2]) / 2).reshape(1)
         work = torch.zeros(sparse_work_size(n), dtype=torch.int32, device=device)
         args = (x, norm_w, w1, w3, w2t, parts["router.weight"], parts["router_bias"], thr, work, c.norm_eps, g, mode)
@@ -141,7 +136,7 @@ def _sparse_bytes(mode: SparseMode):
     """What the sparse FFN must read at SPARSE_SKIP: the router (router mode) or all of W1 (gate mode), then the
     running groups' rows of W1 and W3 (router mode) or W3 alone, and of W2t; x, and the fp32 output."""
     def count(c: ModelConfig, dtype, context, fp8=None):
-        s, f, g = dtype.itemsize, c.hidden_dim, sparse_group(c)
+        s, f, g = dtype.itemsize, c.hidden_dim, default_group_size(c.hidden_dim)
         n, w = f // g, 1 if fp8 else s
         running = (n - round(n * SPARSE_SKIP)) * g * c.dim * w
         select = n * c.dim * s + 4 * n if mode == SparseMode.router else f * c.dim * w

@@ -13,11 +13,11 @@ from llamafast.bench.prefill import run_prefill_bench
 from llamafast.cli.bench_kernels import bench_kernels_command
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context,
-    clean_errors, device_or_default, emit_json, parse_floats, path_or, pick, preset, progress_bar, stdout_console,
+    clean_errors, device_or_default, emit_json, parse_floats, path_or, pick, preset, progress_bar, require_routers,
+    stdout_console,
 )
 from llamafast.config import MODEL_CONFIGS, Backend, DType, SparseMode, SparseRun, model_config
 from llamafast.formats.sparsify import check_group_size as _check_group
-from llamafast.weights import sparse_layout
 from llamafast.errors import LlamafastError
 from llamafast.generate import PREFILL_CHUNK
 from llamafast.load import OpenedModel, load_model, open_model, quantized, random_model, resolve_backend
@@ -99,8 +99,8 @@ def _sparse_runs(sparsity: str | None, modes, group_size: int, source, dev) -> l
     runs = [SparseRun(s, m) for m in (modes or [SparseMode.router]) for s in parse_floats(sparsity, "--sparsity") if s > 0]
     if isinstance(source, str):
         _check_group(group_size, model_config(source).hidden_dim)
-    elif sparse_layout(source.checkpoint) is None:
-        raise LlamafastError(f"--sparsity needs a sparsified checkpoint or --random-weights; {source.checkpoint.path} has no routers")
+    else:
+        require_routers(source.checkpoint, "--sparsity needs --random-weights or")
     resolve_backend(Backend.triton, dev)  # the sparse FFN is timed on its kernels
     return runs
 

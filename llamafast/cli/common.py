@@ -160,12 +160,19 @@ def stdout_console() -> Console:
 def check_sparsity(opened, sparsity: float | None, mode: SparseMode) -> SparseRun | None:
     """The sparse run asked for, checked against the checkpoint before any weights load (None: dense)."""
     layout = sparse_layout(opened.checkpoint)
-    if layout is None:
-        if sparsity is not None or mode != SparseMode.router:
-            raise LlamafastError(f"--sparsity and --sparse-mode need a sparsified checkpoint; "
-                                 f"{opened.checkpoint.path} has no routers (make one with llamafast sparsify)")
+    if layout is None and sparsity is None and mode == SparseMode.router:
         return None
+    layout = layout or require_routers(opened.checkpoint, "--sparsity and --sparse-mode need")
     return SparseRun(layout.default if sparsity is None else sparsity, mode)
+
+
+def require_routers(ckpt, what: str = "--sparsity needs"):
+    """The checkpoint's sparse layout, or one error naming the option that needs it."""
+    layout = sparse_layout(ckpt)
+    if layout is None:
+        raise LlamafastError(f"{what} a sparsified checkpoint; {ckpt.path} has no routers (make one with "
+                             "llamafast sparsify)")
+    return layout
 
 
 def parse_floats(text: str | None, option: str) -> list[float]:

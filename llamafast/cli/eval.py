@@ -12,12 +12,11 @@ from rich.table import Table
 from llamafast.bench.quality import PROMPTS, VARIANTS, compare, make_variant, sampled_stream, sparse_variant, text_stream
 from llamafast.cli.common import (
     DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, device_or_default, emit_json, pick, progress_bar,
-    parse_floats, read_prompt, stdout_console,
+    parse_floats, read_prompt, require_routers, stdout_console,
 )
 from llamafast.config import Backend, DType, SparseMode, SparseRun
 from llamafast.errors import LlamafastError
 from llamafast.load import load_model, open_model
-from llamafast.weights import sparse_layout
 
 
 def eval_command(
@@ -48,8 +47,8 @@ def eval_command(
             raise LlamafastError(f"--prompts must be 1..{len(PROMPTS)}, --tokens at least 1, --window at least 2")
         dev = device_or_default(device)
         opened = open_model(model, tokenizer)
-        if runs and sparse_layout(opened.checkpoint) is None:
-            raise LlamafastError(f"--sparsity needs a sparsified checkpoint; {opened.checkpoint.path} has no routers")
+        if runs:
+            require_routers(opened.checkpoint)
         context = opened.config.max_seq_len
         window = pick(window, min(1024, context))
         if (text is None and tokens + 32 > context) or window > context:

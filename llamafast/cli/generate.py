@@ -103,10 +103,9 @@ def _sparse_record(model) -> dict:
     """The sparse FFN's settings and the share of groups it actually skipped in this run's decode steps."""
     if model.sparse is None:
         return {}
-    ran, possible = model.sparse_counts()
-    skipped = None if not possible else round(1 - ran / possible, 4)
+    skipped = model.groups_skipped()
     return {"sparse": {"sparsity": model.sparse.sparsity, "mode": model.sparse.mode.value,
-                       "groups_skipped": skipped}}
+                       "groups_skipped": None if skipped is None else round(skipped, 4)}}
 
 
 def _write(text: str) -> None:

@@ -1,4 +1,4 @@
-"""`llamafast sparsify SRC DST`: calibrate a router-sparse FFN on a text (llamafast/sparse.py) and write a llamafast
+"""`llamafast sparsify SRC DST`: calibrate a router-sparse FFN on a text (llamafast/sparse/) and write a llamafast
 checkpoint with the FFN rows permuted into groups, w2 transposed, and each layer's router and threshold table.
 
 The whole model is loaded once (GPU when there is one), the calibration text runs through it on the reference
@@ -13,12 +13,12 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from llamafast.config import SPARSE_LEVELS, Backend, SparseLayout
+from llamafast.config import SPARSE_LEVELS, Backend, SparseLayout, default_group_size
 from llamafast.errors import LlamafastError
 from llamafast.formats.convert import tokenizer_writer
 from llamafast.formats.writer import check_destination, save_checkpoint
@@ -41,7 +41,6 @@ class SparsifyReport:
     text_sha256: str
     seconds: float = 0.0
     bytes_written: int = 0
-    thresholds: list = field(default_factory=list)  # per layer, [router, gate] at the default sparsity
 
 
 def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, group_size: int | None = None, seed: int = 0,
@@ -54,7 +53,7 @@ def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, g
     ckpt, config = opened.checkpoint, opened.config
     if sparse_layout(ckpt) is not None:
         raise LlamafastError(f"{src} is already sparsified; sparsify its dense source instead")
-    group_size = group_size or min(32, config.hidden_dim & -config.hidden_dim)  # 32, or what divides F
+    group_size = group_size or default_group_size(config.hidden_dim)
     check_group_size(group_size, config.hidden_dim)
     ids = opened.tokenizer.encode(text)[:MAX_TOKENS]
     if len(ids) < MIN_TOKENS:
@@ -73,15 +72,14 @@ def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, g
         inputs[i] = None  # free as we go
         if progress:
             progress("calibrating", i + 1, config.n_layers)
-    layout = SparseLayout(group_size)
+    layout, dtype = SparseLayout(group_size), checkpoint_dtype(ckpt)
     state = model.state_dict()
-    specs = _specs(state, model, layout, checkpoint_dtype(ckpt))
-    produce = permuted(state, plans, checkpoint_dtype(ckpt))
-    dtype = checkpoint_dtype(ckpt)
+    specs = _specs(state, model, layout, dtype)
+    produce = permuted(state, plans, dtype)
 
     def cast(name: str) -> torch.Tensor:
         t = produce(name)
-        return t if t.dtype == torch.int8 or keeps_fp32(name) else t.to(dtype)
+        return t.to(_stored(name, t.dtype, dtype))
 
     digest = hashlib.sha256(text.encode()).hexdigest()
     record = {"group_size": group_size, "levels": list(SPARSE_LEVELS), "sparsity": sparsity, "modes": ["router", "gate"],
@@ -114,13 +112,17 @@ def _specs(state: dict[str, torch.Tensor], model, layout: SparseLayout, dtype: t
         prefix, _, rest = name.partition(".feed_forward.")
         if rest.startswith("w2."):
             w2t = prefix + ".feed_forward.w2t." + rest.removeprefix("w2.")
-            keep = t.dtype == torch.int8 or keeps_fp32(name)
-            specs.append((w2t, (c.hidden_dim, c.dim) if rest == "w2.weight" else tuple(t.shape), t.dtype if keep else dtype))
+            specs.append((w2t, (c.hidden_dim, c.dim) if rest == "w2.weight" else tuple(t.shape), _stored(name, t.dtype, dtype)))
             if rest == "w2.weight":
                 ff = prefix + ".feed_forward."
                 specs += [(ff + "router.weight", (n, c.dim), dtype), (ff + "router_bias", (n,), torch.float32),
                           (ff + "thresholds", (2, len(layout.levels)), torch.float32)]
             continue
-        keep = t.dtype == torch.int8 or keeps_fp32(name)
-        specs.append((name, tuple(t.shape), t.dtype if keep else dtype))
+        specs.append((name, tuple(t.shape), _stored(name, t.dtype, dtype)))
     return specs
+
+
+def _stored(name: str, loaded: torch.dtype, dtype: torch.dtype) -> torch.dtype:
+    """The dtype DST stores a tensor in: FP8 bit patterns and the fp32 tensors as they are, the rest in the
+    checkpoint's own dtype (the model was loaded in fp32 on the CPU)."""
+    return loaded if loaded == torch.int8 or keeps_fp32(name) else dtype

@@ -66,8 +66,9 @@ def calibrate_layer(h: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2t: to
     router_w, router_b = ridge(hf, target)
     router_w = router_w.to(h.dtype).float()  # the scores below are those of the router as stored
     logits = hf @ router_w.T + router_b
-    router_b = router_b - logits.median()  # centred: about half the scores on each side of 0.5
-    scores = torch.sigmoid(logits - logits.median())
+    center = logits.median()  # centred: about half the scores on each side of 0.5
+    router_b = router_b - center
+    scores = torch.sigmoid(logits - center)
     mass = act[:, perm].abs().unflatten(1, (n, group)).sum(-1)
     return LayerPlan(perm, router_w, router_b, torch.stack([quantile_table(scores, levels),
                                                             quantile_table(mass, levels)]))
