@@ -27,6 +27,7 @@ def dot_rows(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr,  # fuse RMSNorm; also W2[rows] @ x; K % BLOCK_K == 0
     W_FP8: tl.constexpr,  # 0: float weights; 1: E5M2 bit patterns in int8; 2: E4M3 in int8 with fp32 row scales
+    p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x is x + PARTS fp32 partials (tp_sync.py)
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # reduced once, after the loop
@@ -36,6 +37,8 @@ def dot_rows(
     for k0 in range(0, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         x = _load_vector(x_ptr, k, K, EVEN_K)
+        if PARTS > 0:
+            x = _add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K, PARTS)
         if NORM:
             ss += x * x
             x = x * _load_vector(g_ptr, k, K, EVEN_K)
@@ -48,6 +51,17 @@ def dot_rows(
         if PAIR:
             out2 = out2 * tl.load(s2_ptr + rows, mask=row_mask, other=0.0)
     return out, out2, tl.sum(ss, axis=0)
+
+
+@triton.jit
+def _add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K: tl.constexpr, PARTS: tl.constexpr):
+    """x + the ranks' partial sums (PARTS rows of K fp32, added in rank order, so every rank gets the same bits),
+    rounded to the residual stream's dtype as the one-GPU linear_residual rounds it; program 0 stores it."""
+    for r in tl.static_range(PARTS):
+        x += _load_vector(p_ptr + r * K, k, K, EVEN_K)
+    x = x.to(xo_ptr.dtype.element_ty)
+    tl.store(xo_ptr + k, x, mask=(k < K) & (tl.program_id(0) == 0))
+    return x.to(tl.float32)
 
 
 @triton.jit

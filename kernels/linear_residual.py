@@ -23,6 +23,13 @@ CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
     (4096, 11008, 2): GemvConfig(block_n=2, block_k=1024, num_warps=1),
     (4096, 4096, 1): GemvConfig(block_n=2, block_k=1024, num_warps=1),
     (4096, 11008, 1): GemvConfig(block_n=4, block_k=1024, num_warps=2),
+    # Tensor-parallel shards (TP=2 at 7B, 13B and 70B), tuned on one H200 (scripts/results/tp/tune_tp2_*.json):
+    (4096, 2048, 2): GemvConfig(block_n=4, block_k=1024, num_warps=2),  # 6.3 us
+    (4096, 5504, 2): GemvConfig(block_n=2, block_k=1024, num_warps=1),  # 13.5 us
+    (5120, 2560, 2): GemvConfig(block_n=2, block_k=512, num_warps=2),  # 8.9 us
+    (5120, 6912, 2): GemvConfig(block_n=2, block_k=1024, num_warps=4),  # 20.0 us
+    (8192, 4096, 2): GemvConfig(block_n=4, block_k=512, num_warps=1),  # 18.5 us, 70B
+    (8192, 14336, 2): GemvConfig(block_n=2, block_k=1024, num_warps=1),  # 58.2 us, 70B
 }
 
 

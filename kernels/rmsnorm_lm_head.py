@@ -14,12 +14,18 @@ from llamafast.config import WeightFormat
 
 from ._common import cdiv, check_rows, check_vector
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
+from . import tp_sync
+from .tp_sync import Peers, consumer_args, push_rows, release_slot, signal_peers, wait_arrivals
 
 # (V, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 88.4 us = 2966 GB/s at 7B in bf16,
 # 48.2 us = 2720 GB/s in FP8 (E5M2).
 CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
     (32000, 4096, 2): GemvConfig(block_n=8, block_k=1024, num_warps=8),
     (32000, 4096, 1): GemvConfig(block_n=32, block_k=256, num_warps=8),
+    # Tensor-parallel shards (TP=2 at 7B, 13B and 70B), tuned on one H200 (scripts/results/tp/tune_tp2_*.json):
+    (16000, 4096, 2): GemvConfig(block_n=8, block_k=256, num_warps=1),  # 34.5 us
+    (16000, 5120, 2): GemvConfig(block_n=8, block_k=512, num_warps=2),  # 41.8 us
+    (16000, 8192, 2): GemvConfig(block_n=8, block_k=512, num_warps=2),  # 63.9 us, 70B
 }
 
 
@@ -28,18 +34,40 @@ def _rmsnorm_lm_head_kernel(
     x_ptr, g_ptr, w_ptr, s_ptr, out_ptr,  # x (C,), g (C,), W (V, C), E4M3 scales (V,), logits (V,) fp32
     V, C, stride_wn, eps,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
+    table_ptr=None, flags_table=None, counter_ptr=None, offset=0, flag_offset=0, WORLD: tl.constexpr = 0,  # push
+    SYS_TICKET: tl.constexpr = True,
 ):
+    if PARTS > 0:
+        wait_arrivals(f_ptr, PARTS)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < V
     acc, _, ss = dot_rows(
-        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8
+        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
+        p_ptr, xo_ptr, PARTS,
     )
-    tl.store(out_ptr + rows, acc * tl.rsqrt(ss / C + eps), mask=mask)
+    logits = acc * tl.rsqrt(ss / C + eps)
+    if WORLD > 0:  # a vocabulary shard: into every rank's logits row
+        push_rows(logits, rows, mask, table_ptr, offset, WORLD)
+    else:
+        tl.store(out_ptr + rows, logits, mask=mask)
+    if PARTS > 0:
+        release_slot(f_ptr)
+    if WORLD > 0:
+        signal_peers(counter_ptr, flags_table, flag_offset, WORLD, SYS_TICKET)
 
 
 def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float, w_scale=None,
-                    fmt: WeightFormat = WeightFormat.float, configs=None):
-    """Same contract as llamafast.reference.rmsnorm_lm_head for one token: x (1, C) -> logits (1, V) fp32."""
+                    fmt: WeightFormat = WeightFormat.float, configs=None, push: tuple[Peers, int] | None = None):
+    """Same contract as llamafast.reference.rmsnorm_lm_head for one token: x (1, C) -> logits (1, V) fp32; x may
+    be a tp_sync.SummedInput. push=(peers, slot): w is this rank's vocabulary shard, and its logits go into every
+    rank's peers.logits (tp_sync.wait_logits returns the whole row); returns None then."""
+    x, parts = consumer_args(x)
+    if push is not None:
+        peers, slot = push
+        parts.update(table_ptr=peers.logits_table, flags_table=peers.flags_table, counter_ptr=peers.counters[slot:],
+                     offset=peers.rank * w.shape[0], flag_offset=slot * 2, WORLD=peers.world,
+                     SYS_TICKET=tp_sync.TICKET_SCOPE == "sys")
     v, c = w.shape
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
@@ -47,6 +75,7 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps:
     out = torch.empty((1, v), device=x.device, dtype=torch.float32)
     cfg = gemv_config(configs or CONFIGS, w)
     _rmsnorm_lm_head_kernel[(cdiv(v, cfg.block_n),)](
-        x, norm_w, w, w if w_scale is None else w_scale, out, v, c, w.stride(0), eps, **launch_args(cfg, w, w_scale, fmt)
+        x, norm_w, w, w if w_scale is None else w_scale, out, v, c, w.stride(0), eps, **launch_args(cfg, w, w_scale, fmt),
+        **parts,
     )
-    return out
+    return None if push is not None else out

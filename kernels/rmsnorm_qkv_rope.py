@@ -21,12 +21,17 @@ from llamafast.config import WeightFormat
 
 from ._common import cdiv, check_rows, check_vector
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
+from .tp_sync import consumer_args, release_slot, wait_arrivals
 
 # (N, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 36.7 us = 2741 GB/s at 7B in bf16,
 # 21.5 us = 2342 GB/s in FP8 (E5M2).
 CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
     (12288, 4096, 2): GemvConfig(block_n=8, block_k=1024, num_warps=4),
     (12288, 4096, 1): GemvConfig(block_n=16, block_k=256, num_warps=4),
+    # Tensor-parallel shards (TP=2 at 7B, 13B and 70B), tuned on one H200 (scripts/results/tp/tune_tp2_*.json):
+    (6144, 4096, 2): GemvConfig(block_n=8, block_k=512, num_warps=2),  # 15.3 us
+    (7680, 5120, 2): GemvConfig(block_n=8, block_k=512, num_warps=2),  # 22.2 us
+    (5120, 8192, 2): GemvConfig(block_n=8, block_k=512, num_warps=4),  # 23.1 us, 70B
 }
 
 
@@ -36,11 +41,15 @@ def _rmsnorm_qkv_rope_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr,  # q out (H*D,); caches (KVH, Smax, D)
     N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps,  # N = QD + 2*KVD rows; cache strides (head, seq)
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
 ):
+    if PARTS > 0:
+        wait_arrivals(f_ptr, PARTS)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
     acc, _, ss = dot_rows(
-        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8
+        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
+        p_ptr, xo_ptr, PARTS,
     )
     acc = acc * tl.rsqrt(ss / C + eps)
     # RoPE on (even, odd) row pairs of q and k; v rows pass through.
@@ -58,11 +67,15 @@ def _rmsnorm_qkv_rope_kernel(
     is_k = (rows >= QD) & (rows < QD + KVD)
     tl.store(k_cache_ptr + offs, out.to(k_cache_ptr.dtype.element_ty), mask=is_k)
     tl.store(v_cache_ptr + offs, out.to(v_cache_ptr.dtype.element_ty), mask=(rows >= QD + KVD) & mask)
+    if PARTS > 0:
+        release_slot(f_ptr)
 
 
 def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv_scale=None, fmt=WeightFormat.float,
                      configs=None):
-    """Same contract as llamafast.reference.rmsnorm_qkv_rope, for one token: x (1, C) -> q (1, H, D)."""
+    """Same contract as llamafast.reference.rmsnorm_qkv_rope, for one token: x (1, C) -> q (1, H, D); x may be a
+    tp_sync.SummedInput."""
+    x, parts = consumer_args(x)
     n, c = wqkv.shape
     kvh, smax, d = k_cache.shape
     qd = n - 2 * kvh * d
@@ -77,6 +90,6 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
         x, norm_w, wqkv, wqkv if wqkv_scale is None else wqkv_scale, cos, sin, pos, q, k_cache, v_cache,
         n, c, qd, kvh * d, wqkv.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
-        HEAD_DIM=d, **launch_args(cfg, wqkv, wqkv_scale, fmt, block_n),
+        HEAD_DIM=d, **launch_args(cfg, wqkv, wqkv_scale, fmt, block_n), **parts,
     )
     return q

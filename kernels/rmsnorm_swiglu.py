@@ -17,12 +17,17 @@ from llamafast.config import WeightFormat
 
 from ._common import cdiv, check_rows, check_vector
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
+from .tp_sync import consumer_args, release_slot, wait_arrivals
 
 # (F, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 64.8 us = 2785 GB/s at 7B in bf16,
 # 35.9 us = 2516 GB/s in FP8 (E5M2).
 CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
     (11008, 4096, 2): GemvConfig(block_n=8, block_k=512, num_warps=4),
     (11008, 4096, 1): GemvConfig(block_n=2, block_k=512, num_warps=1),
+    # Tensor-parallel shards (TP=2 at 7B, 13B and 70B), tuned on one H200 (scripts/results/tp/tune_tp2_*.json):
+    (5504, 4096, 2): GemvConfig(block_n=4, block_k=256, num_warps=2),  # 27.5 us
+    (6912, 5120, 2): GemvConfig(block_n=2, block_k=512, num_warps=1),  # 41.1 us
+    (14336, 8192, 2): GemvConfig(block_n=2, block_k=1024, num_warps=2),  # 118.3 us, 70B
 }
 
 
@@ -31,19 +36,27 @@ def _rmsnorm_swiglu_kernel(
     x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr,  # x, g (C,); W1, W3 (F, C); E4M3 scales (F,); out (F,)
     F, C, stride_wn, eps,  # sizes; W1/W3 row stride
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
 ):
+    if PARTS > 0:
+        wait_arrivals(f_ptr, PARTS)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < F
     gate, up, ss = dot_rows(
-        w1_ptr, w3_ptr, s1_ptr, s3_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, True, EVEN_K, W_FP8
+        w1_ptr, w3_ptr, s1_ptr, s3_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, True, EVEN_K, W_FP8,
+        p_ptr, xo_ptr, PARTS,
     )
     rstd = tl.rsqrt(ss / C + eps)
     a, b = gate * rstd, up * rstd
     tl.store(out_ptr + rows, (a * tl.sigmoid(a) * b).to(out_ptr.dtype.element_ty), mask=mask)
+    if PARTS > 0:
+        release_slot(f_ptr)
 
 
 def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None, fmt=WeightFormat.float, configs=None):
-    """Same contract as llamafast.reference.rmsnorm_swiglu for one token: x (1, C) -> (1, F)."""
+    """Same contract as llamafast.reference.rmsnorm_swiglu for one token: x (1, C) -> (1, F); x may be a
+    tp_sync.SummedInput."""
+    x, parts = consumer_args(x)
     f, c = w1.shape
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
@@ -55,6 +68,6 @@ def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None, fmt=Wei
     cfg = gemv_config(configs or CONFIGS, w1)
     _rmsnorm_swiglu_kernel[(cdiv(f, cfg.block_n),)](
         x, norm_w, w1, w3, w1 if w1_scale is None else w1_scale, w3 if w3_scale is None else w3_scale, out,
-        f, c, w1.stride(0), eps, **launch_args(cfg, w1, w1_scale, fmt)
+        f, c, w1.stride(0), eps, **launch_args(cfg, w1, w1_scale, fmt), **parts
     )
     return out

@@ -68,20 +68,22 @@ def build(
     weights: WeightFormat = WeightFormat.float,
     head: WeightFormat | None = None,
     layout: SparseLayout | None = None,
+    shard=None,
 ) -> Transformer:
     """A model on state's tensors for `backend`; weights is the layers' linear weight format, head the LM head's
-    (default: the same)."""
+    (default: the same); shard: this rank's part of a tensor-parallel model (tp/shard.py)."""
     device = state["tok_embeddings.weight"].device
     e4m3 = WeightFormat.fp8_e4m3 in (weights, head)
     if backend == Backend.triton and e4m3 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
         name = torch.cuda.get_device_name(device)
         raise LlamafastError(f"E4M3 weights need compute capability 8.9 or newer (Ada, Hopper); {name} lacks it")
-    return assemble(config, state, backend_ops(backend), weights, head or weights, layout)
+    return assemble(config, state, backend_ops(backend), weights, head or weights, layout, shard)
 
 
 def with_backend(model: Transformer, backend: Backend) -> Transformer:
     """The same weights (shared, not copied) in a model built for another backend; bench compares them."""
-    out = build(model.config, model.state_dict(), backend, *model.weight_formats, model.layout)
+    out = build(model.config, model.state_dict(), backend, *model.weight_formats, model.layout, model.shard)
+    out.comm = model.comm
     if model.sparse is not None:
         out.set_sparsity(model.sparse)
     return out

@@ -132,6 +132,13 @@ class Backend(str, Enum):
     triton = "triton"  # fused Triton kernels, the whole decode step replayed from one CUDA graph
 
 
+class TPComm(str, Enum):
+    """How tensor-parallel ranks combine their partial sums in decode (llamafast/tp/comm.py)."""
+
+    symm = "symm"  # symmetric memory: pushed into every rank's buffer, summed inside the next fused kernel
+    nccl = "nccl"  # an NCCL all-reduce after wo and w2 (gpt-fast's scheme): the baseline
+
+
 class WeightFormat(str, Enum):
     """How a linear weight is stored; it travels from the loader to the kernels as this value, never guessed
     from a tensor's dtype. FP8 weights are int8 bit patterns (E4M3 with one fp32 scale per output row)."""

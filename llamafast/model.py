@@ -38,19 +38,19 @@ class _Norm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, c: ModelConfig):
+    def __init__(self, c: ModelConfig, world: int = 1):
         super().__init__()
-        self.wqkv = _Linear(c.qkv_dim, c.dim)  # rows: q (H*D), k (KVH*D), v (KVH*D)
-        self.wo = _Linear(c.dim, c.dim)
+        self.wqkv = _Linear(c.qkv_dim // world, c.dim)  # rows: q (H*D), k (KVH*D), v (KVH*D); this rank's heads
+        self.wo = _Linear(c.dim, c.dim // world)  # tensor parallel: the columns of this rank's heads
 
 
 class FeedForward(nn.Module):
-    def __init__(self, c: ModelConfig, layout: SparseLayout | None = None):
+    def __init__(self, c: ModelConfig, layout: SparseLayout | None = None, world: int = 1):
         super().__init__()
-        self.w1 = _Linear(c.hidden_dim, c.dim)  # gate
-        self.w3 = _Linear(c.hidden_dim, c.dim)  # up
+        self.w1 = _Linear(c.hidden_dim // world, c.dim)  # gate; tensor parallel: this rank's neurons
+        self.w3 = _Linear(c.hidden_dim // world, c.dim)  # up
         if layout is None:
-            self.w2 = _Linear(c.dim, c.hidden_dim)  # down
+            self.w2 = _Linear(c.dim, c.hidden_dim // world)  # down
             return
         # Sparsified (llamafast/sparse/): neurons permuted into groups, the down projection transposed (one
         # row per neuron; E4M3 scales per output column), a router and per-level thresholds [router, gate].
@@ -59,7 +59,7 @@ class FeedForward(nn.Module):
         self.router_bias = _weight(layout.n_groups(c.hidden_dim))
         self.thresholds = _weight(2, len(layout.levels))
 
-    def run_ffn(self, h, ops, norm_w, eps: float, sparse: SparseRun | None, group_size: int):
+    def run_ffn(self, h, ops, norm_w, eps: float, sparse: SparseRun | None, group_size: int, comm=None, slot=0):
         """h + FFN(norm(h)): dense, or over the groups this token's router or gate picks."""
         w1, w3 = self.w1, self.w3
         if sparse is not None:
@@ -68,45 +68,65 @@ class FeedForward(nn.Module):
                                   self.work, eps, group_size, sparse.mode, w1.scale, w3.scale, self.w2t.scale,
                                   fmt=w1.fmt)
         f = ops.rmsnorm_swiglu(h, norm_w, w1.weight, w3.weight, eps, w1.scale, w3.scale, fmt=w1.fmt)
+        h = settled(h)
         if hasattr(self, "w2t"):
             return ops.linear_residual_t(f, self.w2t.weight, h, self.w2t.scale, fmt=self.w2t.fmt)
-        return ops.linear_residual(f, self.w2.weight, h, self.w2.scale, fmt=self.w2.fmt)  # (S, C)
+        return row_linear(ops, comm, f, self.w2, h, slot)  # (S, C)
+
+
+def row_linear(ops, comm, x, linear: _Linear, residual, slot: int):
+    """residual + x @ W.T, on one GPU; under tensor parallelism W is this rank's columns and comm sums the ranks'
+    partials (tp/comm.py), possibly inside the next kernel (then the result is a pending sum)."""
+    if comm is None:
+        return ops.linear_residual(x, linear.weight, residual, linear.scale, fmt=linear.fmt)
+    return comm.row_linear(ops, x, linear.weight, residual, linear.scale, linear.fmt, slot)
+
+
+def settled(x):
+    """The residual stream as a tensor. A pending sum of the ranks' partials (kernels/tp_sync.SummedInput) holds
+    it in .summed once the kernel that consumed it has run."""
+    return getattr(x, "summed", x)
 
 
 class Block(nn.Module):
-    def __init__(self, c: ModelConfig, layout: SparseLayout | None = None):
+    def __init__(self, c: ModelConfig, layout: SparseLayout | None = None, world: int = 1):
         super().__init__()
-        self.attention = Attention(c)
-        self.feed_forward = FeedForward(c, layout)
+        self.attention = Attention(c, world)
+        self.feed_forward = FeedForward(c, layout, world)
         self.attention_norm = _Norm(c.dim)
         self.ffn_norm = _Norm(c.dim)
 
-    def forward(self, x, pos, rope_cos, rope_sin, ops, eps: float, sparse: SparseRun | None = None, group: int = 0):
+    def forward(self, x, pos, rope_cos, rope_sin, ops, eps: float, sparse: SparseRun | None = None, group: int = 0,
+                comm=None, index: int = 0):
         k_cache, v_cache = self.k_cache, self.v_cache  # (KVH, Smax, D) each, set up by Transformer.setup_cache
         qkv, wo = self.attention.wqkv, self.attention.wo
         q = ops.rmsnorm_qkv_rope(
             x, self.attention_norm.weight, qkv.weight, rope_cos, rope_sin, pos, k_cache, v_cache, eps, qkv.scale,
             fmt=qkv.fmt,
         )  # (S, H, D); k and v went into the caches
-        h = ops.linear_residual(ops.attention(q, k_cache, v_cache, pos), wo.weight, x, wo.scale, fmt=wo.fmt)
-        return self.feed_forward.run_ffn(h, ops, self.ffn_norm.weight, eps, sparse, group)
+        h = row_linear(ops, comm, ops.attention(q, k_cache, v_cache, pos), wo, settled(x), 2 * index)
+        return self.feed_forward.run_ffn(h, ops, self.ffn_norm.weight, eps, sparse, group, comm, 2 * index + 1)
 
 
 class Transformer(nn.Module):
     """Build on the meta device, then load_state_dict(state, assign=True) and setup_cache()."""
 
-    def __init__(self, config: ModelConfig, backend: BackendOps, layout: SparseLayout | None = None):
+    def __init__(self, config: ModelConfig, backend: BackendOps, layout: SparseLayout | None = None, shard=None):
         super().__init__()
         self.config = config
+        self.shard = shard  # tensor parallel (tp/shard.Shard): this rank's heads, neurons and vocabulary rows
+        self.comm = None  # tensor parallel: how the ranks' partial sums are combined (tp/comm.py)
+        world = shard.world if shard is not None else 1
         self.backend = backend  # decode ops (S = 1), prefill ops (S > 1), how a decode step runs
         self.layout = layout  # a sparsified model's FFN layout, else None
         self.sparse: SparseRun | None = None  # set_sparsity: how decode steps run the FFN (None: dense)
         self.sparse_prefill = False  # whether prompts run the sparse FFN too (the quality lab's teacher forcing)
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
         self.tok_embeddings.weight.requires_grad_(False)
-        self.layers = nn.ModuleList(Block(config, layout) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(Block(config, layout, world) for _ in range(config.n_layers))
         self.norm = _Norm(config.dim)
-        self.output = _Linear(config.vocab_size, config.dim)
+        vocab_sharded = shard is not None and shard.vocab_sharded(config)
+        self.output = _Linear(config.vocab_size // (world if vocab_sharded else 1), config.dim)
         self.cache_len = 0
 
     def setup_cache(self, max_seq_len: int) -> None:
@@ -119,7 +139,7 @@ class Transformer(nn.Module):
         """
         c, w = self.config, self.tok_embeddings.weight
         self.cache_len = max_seq_len
-        shape = (c.n_kv_heads, max_seq_len, c.head_dim)
+        shape = (c.n_kv_heads // self.world, max_seq_len, c.head_dim)
         for layer in self.layers:
             layer.register_buffer("k_cache", torch.zeros(shape, device=w.device, dtype=w.dtype), persistent=False)
             layer.register_buffer("v_cache", torch.zeros(shape, device=w.device, dtype=w.dtype), persistent=False)
@@ -134,12 +154,20 @@ class Transformer(nn.Module):
         eps = self.config.norm_eps
         sparse = self.sparse if tokens.shape[0] == 1 or self.sparse_prefill else None
         group = self.layout.group_size if self.layout else 0
-        for layer in self.layers:
-            x = layer(x, pos, self.rope_cos, self.rope_sin, ops, eps, sparse, group)
-        if not all_logits:
+        for i, layer in enumerate(self.layers):
+            x = layer(x, pos, self.rope_cos, self.rope_sin, ops, eps, sparse, group, self.comm, i)
+        if not all_logits and tokens.shape[0] > 1:
             x = x[-1:]
-        head = self.backend.decode if x.shape[0] == 1 else ops  # one row: the decode GEMV
-        return head.rmsnorm_lm_head(x, self.norm.weight, self.output.weight, eps, self.output.scale, fmt=self.output.fmt)
+        head = self.backend.decode if not all_logits or tokens.shape[0] == 1 else ops  # one row: the decode GEMV
+        out = self.output
+        if self.comm is not None:
+            return self.comm.lm_head(head, x, self.norm.weight, out.weight, eps, out.scale, out.fmt, 2 * len(self.layers))
+        return head.rmsnorm_lm_head(x, self.norm.weight, out.weight, eps, out.scale, fmt=out.fmt)
+
+    @property
+    def world(self) -> int:
+        """Ranks this model is sharded over (1: the whole model on one device)."""
+        return self.shard.world if self.shard is not None else 1
 
     def set_sparsity(self, run: SparseRun | None) -> None:
         """How the decode steps that follow run the FFN: dense (None, or sparsity 0) or as run says, with each
@@ -191,9 +219,9 @@ class Transformer(nn.Module):
         """Bytes one decode step reads from weights: every tensor once, the embedding table only one row."""
         seen, total = set(), 0
         for name, p in self.named_parameters(remove_duplicate=False):
-            if p.data_ptr() in seen:
+            if (p.data_ptr(), p.nbytes) in seen:  # a tied head counts once; a vocabulary shard of it apart
                 continue
-            seen.add(p.data_ptr())
+            seen.add((p.data_ptr(), p.nbytes))
             is_embedding = name == "tok_embeddings.weight" and p is not self.output.weight
             total += p[0].nbytes if is_embedding else p.nbytes
         return total
@@ -201,7 +229,7 @@ class Transformer(nn.Module):
     def kv_bytes_per_position(self) -> int:
         """KV cache bytes read per token of context in one decode step (k and v, all layers)."""
         c = self.config
-        return 2 * c.n_layers * c.kv_dim * self.tok_embeddings.weight.element_size()
+        return 2 * c.n_layers * c.kv_dim // self.world * self.tok_embeddings.weight.element_size()
 
 
 def rope_tables(head_dim: int, max_seq_len: int, theta: float, device, scaling=None,
@@ -230,18 +258,19 @@ def llama3_frequencies(freqs: torch.Tensor, factor: float, low: float, high: flo
 
 
 def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: BackendOps, weights: WeightFormat,
-             head: WeightFormat, layout: SparseLayout | None = None) -> Transformer:
+             head: WeightFormat, layout: SparseLayout | None = None, shard=None) -> Transformer:
     """The model on `state`'s tensors (no copies), its ops fixed for its life; llamafast.backends.build calls it.
     weights is the format of every layer's linear weights, head the LM head's; both are checked against the
     tensors, never guessed from them."""
     with torch.device("meta"):
-        model = Transformer(config, backend, layout)
+        model = Transformer(config, backend, layout, shard)
     state = dict(state)
     scales = {name: state.pop(name) for name in [n for n in state if n.endswith(".scale")]}
     model.load_state_dict(state, assign=True, strict=True)
     for name, scale in scales.items():  # E4M3 weights' per-row scales
         model.get_submodule(name.removesuffix(".scale")).scale = nn.Parameter(scale, requires_grad=False)
-    if model.output.weight.data_ptr() == model.tok_embeddings.weight.data_ptr():
+    out, emb = model.output.weight, model.tok_embeddings.weight
+    if out.data_ptr() == emb.data_ptr() and out.shape == emb.shape:  # (a vocabulary shard's rows start there too)
         model.output.weight = model.tok_embeddings.weight  # tied: one tensor, counted once
     for name, linear in model.named_modules():
         if isinstance(linear, _Linear):

@@ -11,7 +11,7 @@ from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
 from llamafast.backends import build
 from llamafast.formats.writer import save_checkpoint, state_specs
-from llamafast.weights import load_state
+from llamafast.load.weights import load_state
 
 from .formats import fused, meta_state, write_hf, write_llama2c_v1, write_meta
 

@@ -37,7 +37,9 @@ class BackendResult:
     sparsity: float | None = None  # sparse FFN runs: the sparsity asked for, the mode, the share of groups skipped
     sparse_mode: str | None = None
     groups_skipped: float | None = None
-    speedup: float | None = None  # decode tok/s over the dense triton run of the same weights, same process
+    speedup: float | None = None  # decode tok/s over the dense triton run (tensor parallel: the nccl run) of the same weights
+    tp: int = 1  # tensor-parallel ranks; the bytes and GB/s are one rank's (one GPU's)
+    tp_comm: str | None = None
 
 
 @dataclass
@@ -57,9 +59,11 @@ class BenchReport:
         return asdict(self)
 
 
-def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_tokens: int) -> BackendResult:
+def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_tokens: int, comm=None) -> BackendResult:
     device = lm.model.tok_embeddings.weight.device
     model = with_backend(lm.model, backend)
+    if comm is not None:
+        model.comm = comm
     engine = Engine(model, SamplingConfig(temperature=0), len(prompt) + new_tokens)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -80,7 +84,8 @@ def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_toke
     sparse = model.sparse
     return BackendResult(
         backend.value, lm.weights, startup, ttft * 1e3, len(prompt) / ttft, n, tps, 1e3 / tps, per_token, gb_s, 0.0,
-        peak, sparse and sparse.sparsity, sparse and sparse.mode.value, skipped,
+        peak, sparse and sparse.sparsity, sparse and sparse.mode.value, skipped, None, model.world,
+        comm and comm.name.value,
     )
 
 
@@ -118,9 +123,10 @@ def sparse_pair(lm: LoadedModel, group_size: int) -> tuple[LoadedModel, LoadedMo
 
 
 def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: int, new_tokens: int,
-              sparse_twins: list[LoadedModel] | None = None, runs: list[SparseRun] = ()) -> BenchReport:
+              sparse_twins: list[LoadedModel] | None = None, runs: list[SparseRun] = (), comms=(None,)) -> BenchReport:
     """Every backend on every model (the same weights in other formats), in this order, in this process; then
-    each sparse run on models[i]'s sparse twin, beside models[i]'s dense triton run."""
+    each sparse run on models[i]'s sparse twin, beside models[i]'s dense triton run. Tensor parallel: each
+    backend with each of comms (tp/comm.py), the others against the nccl run."""
     lm = models[0]
     device = lm.model.tok_embeddings.weight.device
     params = sum(p.numel() for p in {p.data_ptr(): p for p in lm.model.parameters()}.values())
@@ -132,10 +138,13 @@ def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: in
     for i, model in enumerate(models):
         dense = None
         for backend in backends:
-            result = bench_backend(model, backend, prompt, new_tokens)
-            result.fraction_of_copy_bw = result.achieved_gb_s / report.copy_bw_gb_s
-            report.results.append(result)
-            dense = result if backend == Backend.triton else dense
+            results = [bench_backend(model, backend, prompt, new_tokens, comm) for comm in comms]
+            nccl = next((r for r in results if r.tp_comm == "nccl"), None)
+            for result in results:
+                result.fraction_of_copy_bw = result.achieved_gb_s / report.copy_bw_gb_s
+                result.speedup = nccl and result.decode_tokens_per_s / nccl.decode_tokens_per_s
+                report.results.append(result)
+                dense = result if backend == Backend.triton else dense
         for run in runs if sparse_twins else ():
             sparse_twins[i].model.set_sparsity(run)
             result = bench_backend(sparse_twins[i], Backend.triton, prompt, new_tokens)

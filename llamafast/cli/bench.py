@@ -13,10 +13,11 @@ from llamafast.bench.prefill import run_prefill_bench
 from llamafast.cli.bench_kernels import bench_kernels_command
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context,
-    clean_errors, device_or_default, emit_json, parse_floats, path_or, pick, preset, progress_bar, require_routers,
+    clean_errors, device_or_default, emit_json, err, parse_floats, path_or, pick, preset, progress_bar, require_routers,
     stdout_console,
 )
-from llamafast.config import MODEL_CONFIGS, Backend, DType, SparseMode, SparseRun, model_config
+from llamafast.cli.tp import TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, make_comms, on_every_rank, tensor_parallel
+from llamafast.config import MODEL_CONFIGS, Backend, DType, SparseMode, SparseRun, TPComm, model_config
 from llamafast.formats.sparsify import check_group_size as _check_group
 from llamafast.errors import LlamafastError
 from llamafast.generate import PREFILL_CHUNK
@@ -47,40 +48,57 @@ def bench(
     sparsity: Annotated[Optional[str], typer.Option(help="Also time the sparse FFN at these comma-separated sparsities (0,0.3,0.5,0.7) beside the dense triton run: a sparsified checkpoint's routers, or with --random-weights exact-sparsity routers.")] = None,
     sparse_mode: Annotated[Optional[list[SparseMode]], typer.Option(help="With --sparsity: router and/or gate (repeatable) [default: router].")] = None,
     group_size: Annotated[int, typer.Option(help="With --sparsity and --random-weights: neurons per group.")] = 32,
+    tp: TPOpt = None,
+    tp_comm: Annotated[Optional[list[TPComm]], typer.Option(help=TP_COMM_HELP + "; repeatable [default: both, side by side].")] = None,
     config: ConfigOpt = None,
 ):
     """Measure load time, time to first token, decode tokens/s and achieved memory bandwidth, per backend
     (--prefill: time to first token per prompt length; --kernels: each kernel against its reference)."""
-    with clean_errors():
+    with clean_errors(), tensor_parallel(tp, device) as ranks:
         run = preset(config)
         run.refuse_unused("bench", BENCH_KEYS)
         backend = backend or ([run.backend] if run.backend else None)
-        dev = device_or_default(pick(device, run.device))
+        dev = ranks.device if ranks else device_or_default(pick(device, run.device))
         fmt = fp8_format if fp8 else None
+        for b in backend or []:
+            check_tp_backend(ranks, b)
+        if ranks and (kernels or sparsity is not None):
+            raise LlamafastError(f"--tp does not run {'--kernels' if kernels else '--sparsity'}")
+        if tp_comm and not ranks:
+            raise LlamafastError("--tp-comm applies only to a tensor-parallel run (torchrun ... --tp N)")
         if kernels:
             name = pick(shape, run.shape) or "llama-2-7b"
             lengths = _lengths(prompt_lens, model_config(name).max_seq_len, True)
             return bench_kernels_command(name, dev, pick(dtype, DType.bfloat16), context, fmt,
                                          lengths if prefill else None, json_out, out)
-        source = _source(run, model, tokenizer, random_weights, shape)  # checked before any weights load
+        source = on_every_rank(ranks, lambda: _source(run, model, tokenizer, random_weights, shape))  # before any weights load
         max_seq_len = model_config(source).max_seq_len if isinstance(source, str) else source.config.max_seq_len
         if prefill:
             lengths = _lengths(prompt_lens, max_seq_len)
-            lm = _bench_model(run, source, dev, dtype)
+            lm = on_every_rank(ranks, lambda: _bench_model(run, source, dev, dtype, ranks))
+            _note(attach_comm(ranks, lm, TPComm.nccl))
             return _bench_prefill(lm, backend, lengths, reps, chunk, json_out, out)
         n_prompt, n_new = pick(prompt_len, run.prompt_len), pick(new_tokens, run.max_new_tokens)
         if n_prompt < 1 or n_new < 2:
             raise LlamafastError("--prompt-len must be at least 1 and --new-tokens at least 2")
         check_context(n_prompt, n_new, max_seq_len)
         runs = _sparse_runs(sparsity, sparse_mode, group_size, source, dev)
-        default = [Backend.triton] if fmt or runs is not None else list(Backend) if dev.type == "cuda" else [Backend.reference]
-        lm = _bench_model(run, source, dev, dtype)
+        default = [Backend.triton] if fmt or runs is not None or ranks else list(Backend) if dev.type == "cuda" else [Backend.reference]
+        if ranks and dev.type != "cuda":
+            default = [Backend.reference]
+        lm = on_every_rank(ranks, lambda: _bench_model(run, source, dev, dtype, ranks))
+        comms = [None]
+        if ranks:
+            made = make_comms(ranks, lm, tp_comm or [TPComm.symm, TPComm.nccl])
+            comms = [c for c, _ in made]
+            for _, note in made:
+                _note(note)
         models = [lm, quantized(lm, fmt)] if fmt else [lm]
         twins = None
         if runs is not None:
             pairs = [sparse_pair(m, group_size) for m in models]
             models, twins = [p[0] for p in pairs], [p[1] for p in pairs]
-        report = run_bench(models, backend or default, n_prompt, n_new, twins, runs or [])
+        report = run_bench(models, backend or default, n_prompt, n_new, twins, runs or [], comms)
         if not emit_json(report.to_dict(), out, json_out):
             _print_report(report)
 
@@ -149,12 +167,19 @@ def _source(run, model, tokenizer, random_weights, shape) -> str | OpenedModel:
     return open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
 
 
-def _bench_model(run, source: str | OpenedModel, dev, dtype):
-    """Random weights of a shape, or the opened checkpoint's weights."""
+def _bench_model(run, source: str | OpenedModel, dev, dtype, ranks=None):
+    """Random weights of a shape, or the opened checkpoint's weights (a rank's shard of them under --tp)."""
+    shard = ranks and ranks.shard
     if isinstance(source, str):
-        return random_model(source, dev, pick(dtype, DType.bfloat16 if dev.type == "cuda" else DType.float32))
+        return random_model(source, dev, pick(dtype, DType.bfloat16 if dev.type == "cuda" else DType.float32),
+                            shard=shard)
     with progress_bar() as update:
-        return load_model(source, None, dev, pick(dtype, run.dtype), None, update)
+        return load_model(source, None, dev, pick(dtype, run.dtype), None, update, shard=shard)
+
+
+def _note(note: str | None) -> None:
+    if note:
+        err.print(f"[dim]{note}[/dim]")
 
 
 def _print_report(r: BenchReport) -> None:
@@ -166,13 +191,16 @@ def _print_report(r: BenchReport) -> None:
         f"copy bandwidth {r.copy_bw_gb_s:.0f} GB/s; prompt {r.prompt_tokens}, new {r.new_tokens}"
     )
     sparse = any(x.sparsity is not None for x in r.results)
-    extra = ["sparse FFN", "groups skipped", "vs dense"] if sparse else []
+    tp = any(x.tp > 1 for x in r.results)
+    extra = ["sparse FFN", "groups skipped", "vs dense"] if sparse else ["tp", "vs nccl"] if tp else []
     table = Table("backend", "weights", *extra[:1], "startup s", "ttft ms", "prefill tok/s", "decode tok/s", "ms/token",
                   "GB/s", "% copy BW", *extra[1:], "peak GB")
     for x in r.results:
         mode = ["dense" if x.sparsity is None else f"{x.sparse_mode} {x.sparsity:g}"] if sparse else []
         skipped = ["-" if x.groups_skipped is None else f"{100 * x.groups_skipped:.1f}%",
                    "-" if x.speedup is None else f"{x.speedup:.2f}x"] if sparse else []
+        if tp and not sparse:
+            mode, skipped = [f"{x.tp} {x.tp_comm}"], ["-" if x.speedup is None else f"{x.speedup:.2f}x"]
         table.add_row(
             x.backend, x.weights, *mode, f"{x.startup_s:.2f}", f"{x.ttft_ms:.2f}", f"{x.prefill_tokens_per_s:.0f}",
             f"{x.decode_tokens_per_s:.1f}", f"{x.decode_ms_per_token:.3f}", f"{x.achieved_gb_s:.0f}",

@@ -19,7 +19,7 @@ from llamafast.errors import LlamafastError
 from llamafast.load import resolve_device
 from llamafast.cli.presets import RunConfig, load_preset
 from llamafast.quant import FP8Format
-from llamafast.weights import sparse_layout
+from llamafast.load.weights import sparse_layout
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ from llamafast.cli.common import (
     TokenizerOpt, check_context, check_sparsity, clean_errors, device_or_default, err, path_or, pick, preset,
     progress_bar, read_prompt,
 )
-from llamafast.config import Backend, SamplingConfig, SparseMode
+from llamafast.cli.tp import TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, on_every_rank, shared_seed, tensor_parallel
+from llamafast.config import Backend, SamplingConfig, SparseMode, TPComm
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine
 from llamafast.generate import generate as generate_text
@@ -45,10 +47,12 @@ def generate(
     backend: Annotated[Optional[Backend], typer.Option(help="Decode backend [default: triton on CUDA, reference on the CPU].")] = None,
     sparsity: SparsityOpt = None,
     sparse_mode: SparseModeOpt = SparseMode.router,
+    tp: TPOpt = None,
+    tp_comm: Annotated[TPComm, typer.Option(help=TP_COMM_HELP + ".")] = TPComm.symm,
     config: ConfigOpt = None,
 ):
     """Generate text from a prompt, streaming it as it is sampled."""
-    with clean_errors():
+    with clean_errors(), tensor_parallel(tp, device) as ranks:
         run = preset(config)
         run.refuse_unused("generate", GENERATE_KEYS)
         s = run.sampling
@@ -63,17 +67,24 @@ def generate(
         if system is not None and not chat:
             raise LlamafastError("--system applies only with --chat")
         text = read_prompt(prompt, prompt_file)
-        dev = device_or_default(pick(device, run.device))
-        opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
+        dev = ranks.device if ranks else device_or_default(pick(device, run.device))
+        check_tp_backend(ranks, pick(backend, run.backend))
+        opened = on_every_rank(ranks, lambda: open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer)))
         tok = opened.tokenizer
         ids = tok.chat(text, system) if chat else tok.encode(text)
         check_context(len(ids), max_new, opened.config.max_seq_len)  # refused before any weights load
         sparse = check_sparsity(opened, sparsity, sparse_mode)
         if not text and not json_out:
             err.print("[dim]empty prompt: generating from the beginning-of-sequence token alone[/dim]")
+        if ranks and sparse:
+            raise LlamafastError("--tp does not run sparsified checkpoints")
         with progress_bar() as update:
-            lm = load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
-                            fp8_format if fp8 else None)
+            lm = on_every_rank(ranks, lambda: load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend),
+                                                         update, fp8_format if fp8 else None, ranks and ranks.shard))
+        note = attach_comm(ranks, lm, tp_comm)
+        if note and not json_out:
+            err.print(f"[dim]{note}[/dim]")
+        sampling = dataclasses.replace(sampling, seed=shared_seed(ranks, sampling.seed))
         lm.model.set_sparsity(sparse)
         engine = Engine(lm.model, sampling, len(ids) + max_new, n_vocab=tok.vocab_size)
         if echo and not json_out:
@@ -82,7 +93,7 @@ def generate(
         if json_out:
             record = {"prompt": text, "model": lm.source, "format": lm.format, "weights": lm.weights,
                       "backend": lm.backend.value, "device": str(dev), "load_s": lm.load_s, **done.to_dict(),
-                      **_sparse_record(lm.model)}
+                      **_sparse_record(lm.model), **_tp_record(lm.model)}
             print(json.dumps(record, ensure_ascii=False))
             return
         _write("\n")
@@ -106,6 +117,12 @@ def _sparse_record(model) -> dict:
     skipped = model.groups_skipped()
     return {"sparse": {"sparsity": model.sparse.sparsity, "mode": model.sparse.mode.value,
                        "groups_skipped": None if skipped is None else round(skipped, 4)}}
+
+
+def _tp_record(model) -> dict:
+    if model.comm is None:
+        return {}
+    return {"tensor_parallel": {"size": model.world, "comm": model.comm.name.value}}
 
 
 def _write(text: str) -> None:

@@ -20,12 +20,32 @@ LLAMAFAST_FORMAT_KEY = "llamafast_format"  # safetensors metadata key; its value
 LLAMA2C_MAGIC = 0x616B3432  # "ak42", the header of llama2.c's versioned exports
 
 
+Narrow = Callable[[int, int, int], torch.Tensor]  # (dim, start, length) -> that slice, as a CPU tensor
+
+
 @dataclass
 class TensorRef:
     shape: tuple[int, ...]
     dtype: torch.dtype
     load: Callable[[], torch.Tensor]  # returns a CPU tensor, memory-mapped where the format allows
     origin: str  # file name, for error messages
+    # A slice read without the whole tensor (tensor-parallel ranks read only theirs). By default load()'s result
+    # is narrowed: a view of a memory map then reads only the slice's pages when it is copied.
+    narrow: Narrow | None = None
+
+    def __post_init__(self) -> None:
+        if self.narrow is None:
+            self.narrow = lambda dim, start, length: self.load().narrow(dim, start, length)
+
+
+def safetensors_narrow(handle, key: str) -> Narrow:
+    """Reads just the slice from the file, through safetensors' lazy slices."""
+
+    def narrow(dim: int, start: int, length: int) -> torch.Tensor:
+        index = (slice(None),) * dim + (slice(start, start + length),)
+        return handle.get_slice(key)[index]
+
+    return narrow
 
 
 @dataclass

@@ -21,7 +21,7 @@ from llamafast.errors import LlamafastError
 from llamafast.quant import FP8Format, QuantStats, is_quantized_linear, quantize_named, scale_name, scale_shape
 from llamafast.formats.common import Progress
 from llamafast.formats.writer import check_destination, save_checkpoint
-from llamafast.weights import read_tensor, sparse_layout, tensor_plan, validate, weight_format
+from llamafast.load.weights import read_tensor, sparse_layout, tensor_plan, validate, weight_format
 
 FORMAT_VERSION = "1"
 

@@ -11,7 +11,7 @@ from llamafast.formats import expected_shapes, open_checkpoint
 from llamafast.config import ModelConfig, model_config
 from llamafast.load import bundled_model
 from llamafast.tokenizers import open_tokenizer
-from llamafast.weights import checkpoint_dtype, checkpoint_formats, sparse_layout, validate, weights_label
+from llamafast.load.weights import checkpoint_dtype, checkpoint_formats, sparse_layout, validate, weights_label
 
 
 def _numel(shape) -> int:

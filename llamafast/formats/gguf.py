@@ -144,7 +144,8 @@ def _ref(t, path: Path) -> TensorRef:
             data = data.copy()
         return torch.from_numpy(np.ascontiguousarray(data)).reshape(shape)
 
-    return TensorRef(shape, dtype, load, path.name)
+    # whole blocks are dequantized, then the slice is copied out so that the full tensor is freed at once
+    return TensorRef(shape, dtype, load, path.name, lambda dim, start, n: load().narrow(dim, start, n).clone())
 
 
 def _tokenizer_fields(reader) -> dict:

@@ -10,7 +10,9 @@ import torch
 
 from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
-from llamafast.formats.common import ST_DTYPES, Checkpoint, TensorRef, config_from, open_safetensors, read_json
+from llamafast.formats.common import (
+    ST_DTYPES, Checkpoint, TensorRef, config_from, open_safetensors, read_json, safetensors_narrow,
+)
 
 _HF_NAMES = {
     "model.embed_tokens.weight": "tok_embeddings.weight",
@@ -155,7 +157,20 @@ def _hf_ref(handle, key: str, name: str, file: Path, config: ModelConfig) -> Ten
         t = handle.get_tensor(key)
         return _unpermute_rope(t, heads) if heads else t
 
-    return TensorRef(shape, dtype, load, file.name)
+    read = safetensors_narrow(handle, key)
+
+    def narrow(dim: int, start: int, length: int) -> torch.Tensor:
+        t = read(dim, start, length)
+        if not heads:
+            return t
+        if dim == 1:
+            return _unpermute_rope(t, heads)
+        # the permutation stays within each head, so whole heads un-permute on their own
+        d = shape[0] // heads
+        assert start % d == 0 and length % d == 0, f"{name}: rows {start}+{length} cut a head of {d}"
+        return _unpermute_rope(t, length // d)
+
+    return TensorRef(shape, dtype, load, file.name, narrow)
 
 
 def _unpermute_rope(w: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from llamafast.errors import LlamafastError
-from llamafast.formats.common import Checkpoint, TensorRef, config_from, read_json
+from llamafast.formats.common import Checkpoint, Narrow, TensorRef, config_from, read_json
 
 # Meta's fairscale layers: ColumnParallelLinear shards dim 0, RowParallelLinear and ParallelEmbedding dim 1.
 _META_SHARD_DIM = {"wq": 0, "wk": 0, "wv": 0, "w1": 0, "w3": 0, "output": 0, "wo": 1, "w2": 1, "tok_embeddings": 1}
@@ -72,4 +72,21 @@ def _merged_ref(name: str, parts: list[torch.Tensor], shards: list[Path]) -> Ten
         return TensorRef(tuple(parts[0].shape), parts[0].dtype, lambda: parts[0], origin)
     shape = list(parts[0].shape)
     shape[dim] = sum(p.shape[dim] for p in parts)
-    return TensorRef(tuple(shape), parts[0].dtype, lambda: torch.cat(parts, dim), origin)
+    return TensorRef(tuple(shape), parts[0].dtype, lambda: torch.cat(parts, dim), origin, _narrow_parts(parts, dim))
+
+
+def _narrow_parts(parts: list[torch.Tensor], dim: int) -> Narrow:
+    """A slice of the merged tensor from the files' parts that overlap it, so that no other part is read."""
+
+    def narrow(along: int, start: int, length: int) -> torch.Tensor:
+        if along != dim:
+            return torch.cat([p.narrow(along, start, length) for p in parts], dim)
+        pieces, at = [], 0
+        for p in parts:
+            lo, hi = max(start, at), min(start + length, at + p.shape[dim])
+            if lo < hi:
+                pieces.append(p.narrow(dim, lo - at, hi - lo))
+            at += p.shape[dim]
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim)
+
+    return narrow

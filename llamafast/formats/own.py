@@ -10,7 +10,7 @@ import torch
 from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
 from llamafast.formats.common import (
-    LLAMAFAST_FORMAT_KEY, ST_DTYPES, Checkpoint, TensorRef, open_safetensors, safetensors_metadata,
+    LLAMAFAST_FORMAT_KEY, ST_DTYPES, Checkpoint, TensorRef, open_safetensors, safetensors_metadata, safetensors_narrow,
 )
 
 
@@ -29,5 +29,6 @@ def read_llamafast(path: Path) -> Checkpoint:
         for key in handle.keys():
             info = handle.get_slice(key)
             dtype = ST_DTYPES.get(info.get_dtype(), torch.float32)
-            tensors[key] = TensorRef(tuple(info.get_shape()), dtype, lambda h=handle, k=key: h.get_tensor(k), file.name)
+            load = lambda h=handle, k=key: h.get_tensor(k)  # noqa: E731
+            tensors[key] = TensorRef(tuple(info.get_shape()), dtype, load, file.name, safetensors_narrow(handle, key))
     return Checkpoint(path, "llamafast", config, tensors, None, meta)

@@ -25,7 +25,7 @@ from llamafast.formats.writer import check_destination, save_checkpoint
 from llamafast.load import load_model, open_model
 from llamafast.quant import dequantize
 from llamafast.sparse import MIN_TOKENS, calibrate_layer, ffn_inputs, permuted
-from llamafast.weights import checkpoint_dtype, keeps_fp32, sparse_layout
+from llamafast.load.weights import checkpoint_dtype, keeps_fp32, sparse_layout
 
 MAX_TOKENS = 16384  # calibration tokens used at most: enough for every quantile at 0.05 steps
 

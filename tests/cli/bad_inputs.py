@@ -342,6 +342,12 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("info", "a model path that does not exist", lambda t: ["--model", str(t / "nope")], "not found"),
         Case("info", "an unknown --shape", lambda t: ["--shape", "llama-9"], "unknown shape"),
     ],
+    "Tensor parallel (torchrun)": [
+        Case(GENERATE, "--tp 2 without torchrun", lambda t: ["hi", "--tp", "2"], "torchrun --standalone --nproc-per-node 2"),
+        Case(GENERATE, "--tp 0", lambda t: ["hi", "--tp", "0"], "at least 1"),
+        Case("bench", "--tp-comm without tensor parallelism", lambda t: [*BENCH, "--tp-comm", "nccl"],
+             "only to a tensor-parallel run"),
+    ],
 }
 CASES = [case for cases in CASES_BY_GROUP.values() for case in cases]
 

@@ -18,7 +18,7 @@ from llamafast.generate import Engine, stream_tokens
 from llamafast.load import bundled_model, load_model, open_model
 from llamafast.tokenizers import StreamDecoder
 from llamafast.tokenizers.chat import render_chat_template
-from llamafast.weights import load_state
+from llamafast.load.weights import load_state
 
 from ..conftest import TESTDATA
 from ..formats import fused, meta_state, write_hf

@@ -21,7 +21,7 @@ from llamafast.generate import Engine, generate
 from llamafast.load import bundled_model, load_model
 from llamafast.quant import FP8Format
 from llamafast.sparse import balanced_assign, exact_sparse_state
-from llamafast.weights import random_state
+from llamafast.load.weights import random_state
 
 from ..cli.bad_inputs import CALIBRATION
 

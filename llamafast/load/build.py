@@ -1,4 +1,5 @@
-"""Building a ready-to-run model: checkpoint or random weights, device, dtype and backend, all chosen once."""
+"""Building a ready-to-run model (llamafast.load re-exports it): checkpoint or random weights, device, dtype and
+backend, all chosen once."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ from pathlib import Path
 import torch
 
 from llamafast.backends import build
-from llamafast.config import Backend, DType, ModelConfig, model_config
+from llamafast.config import Backend, DType, ModelConfig, WeightFormat, model_config
 from llamafast.errors import LlamafastError
 from llamafast.formats import Checkpoint, open_checkpoint
 from llamafast.formats.common import Progress
 from llamafast.model import Transformer
 from llamafast.quant import FP8Format
 from llamafast.tokenizers import Tokenizer, open_tokenizer
-from llamafast.weights import (
+from llamafast.tp.shard import Shard, check_shardable, load_shard, random_shard
+from llamafast.load.weights import (
     checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, sparse_layout, weights_label,
 )
 
@@ -100,19 +102,24 @@ def load_model(
     backend: Backend | None = None,
     progress: Progress | None = None,
     fp8: FP8Format | None = None,
+    shard: Shard | None = None,
 ) -> LoadedModel:
     """Opens and validates the checkpoint (unless source is already open_model's), then streams its tensors to
     the device into a model built on meta. fp8 quantizes a float checkpoint's linear weights as they load;
-    FP8 checkpoints are detected by themselves."""
+    FP8 checkpoints are detected by themselves. shard: this rank's slices only (tensor parallel)."""
     t0 = time.perf_counter()
     device = device or resolve_device(None)
     opened = source if isinstance(source, OpenedModel) else open_model(source, tokenizer)
     ckpt, tok = opened.checkpoint, opened.tokenizer
     torch_dtype = resolve_dtype(dtype, device, checkpoint_dtype(ckpt))
-    state = load_state(ckpt, device, torch_dtype, progress, fp8)
     backend = resolve_backend(backend, device)
+    if shard is not None:
+        check_shardable(ckpt.config, shard.world)
+        state = load_shard(ckpt, shard, device, torch_dtype, progress, fp8)
+    else:
+        state = load_state(ckpt, device, torch_dtype, progress, fp8)
     formats = (fp8.format, fp8.format) if fp8 else checkpoint_formats(ckpt)
-    model = build(ckpt.config, state, backend, *formats, sparse_layout(ckpt))
+    model = build(ckpt.config, state, backend, *formats, sparse_layout(ckpt), shard)
     _sync(device)
     return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0,
                        weights_label(formats[0], torch_dtype))
@@ -125,12 +132,21 @@ def random_model(
     backend: Backend | None = None,
     seed: int = 0,
     fp8: FP8Format | None = None,
+    shard: Shard | None = None,
 ) -> LoadedModel:
-    """Random weights of a known shape, created directly on the device: speed work without a checkpoint."""
+    """Random weights of a known shape, created directly on the device: speed work without a checkpoint. With
+    shard, this rank's slices of the same numbers, made tensor by tensor (FP8 quantized as each is made)."""
     t0 = time.perf_counter()
     config = model_config(shape)
     torch_dtype = resolve_dtype(dtype, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     backend = resolve_backend(backend, device)
+    if shard is not None:
+        check_shardable(config, shard.world)
+        state = random_shard(config, shard, device, torch_dtype, seed, fp8)
+        model = build(config, state, backend, fp8.format if fp8 else WeightFormat.float, shard=shard)
+        _sync(device)
+        return LoadedModel(model, None, backend, "random", shape, time.perf_counter() - t0,
+                           weights_label(model.weight_formats[0], torch_dtype))
     state = random_state(config, device, torch_dtype, seed)
     if fp8:
         model = build(config, quantize_state(state, fp8), backend, fp8.format)
@@ -145,7 +161,8 @@ def quantized(lm: LoadedModel, fp8: FP8Format) -> LoadedModel:
     """The same model with FP8 linear weights quantized from lm's (lm is kept: bench runs both)."""
     t0 = time.perf_counter()
     model = build(lm.model.config, quantize_state(lm.model.state_dict(), fp8), lm.backend, fp8.format,
-                  layout=lm.model.layout)
+                  layout=lm.model.layout, shard=lm.model.shard)
+    model.comm = lm.model.comm
     _sync(lm.model.tok_embeddings.weight.device)
     return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, fp8.weights)
 

@@ -102,12 +102,14 @@ def checkpoint_dtype(ckpt: Checkpoint) -> torch.dtype:
 
 def read_tensor(ckpt: Checkpoint, sources: list[str], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """One model tensor from its checkpoint tensors: float ones in `dtype`, FP8 bit patterns and scales as stored."""
-    parts = []
-    for name in sources:
-        t = ckpt.tensors[name].load()
-        stored = t.dtype if t.dtype == torch.int8 else torch.float32 if keeps_fp32(name) else dtype
-        parts.append(t.to(device=device, dtype=stored))
+    parts = [as_stored(name, ckpt.tensors[name].load(), device, dtype) for name in sources]
     return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def as_stored(name: str, t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A checkpoint tensor on `device`: float ones in `dtype` (fp32 for keeps_fp32), FP8 bit patterns as stored."""
+    stored = t.dtype if t.dtype == torch.int8 else torch.float32 if keeps_fp32(name) else dtype
+    return t.to(device=device, dtype=stored)
 
 
 def load_state(
@@ -143,7 +145,12 @@ def load_state(
 def _loaded_bytes(ckpt: Checkpoint, name: str, sources: list[str], dtype: torch.dtype, fp8: FP8Format | None) -> int:
     """Bytes one model tensor takes on the device: FP8 bit patterns 1 byte each, the rest in `dtype`."""
     shape = (sum(ckpt.tensors[s].shape[0] for s in sources), *ckpt.tensors[sources[0]].shape[1:])
-    stored = ckpt.tensors[sources[0]].dtype
+    return device_bytes(name, shape, ckpt.tensors[sources[0]].dtype, dtype, fp8)
+
+
+def device_bytes(name: str, shape: tuple[int, ...], stored: torch.dtype, dtype: torch.dtype,
+                 fp8: FP8Format | None) -> int:
+    """Bytes a model tensor of `shape` stored as `stored` takes once loaded in `dtype` (and quantized with fp8)."""
     one_byte = stored == torch.int8 or (fp8 is not None and is_quantized_linear(name))
     return nbytes(shape, torch.int8 if one_byte else torch.float32 if keeps_fp32(name) else dtype)
 
@@ -181,15 +188,14 @@ def random_state(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
     shapes = expected_shapes(config, fused=True)
     check_memory(sum(nbytes(shape, dtype) for shape in shapes.values()), device)
     gen = torch.Generator(device=device).manual_seed(seed)
-    state = {}
-    for name, shape in shapes.items():
-        t = torch.empty(shape, device=device, dtype=dtype)
-        if len(shape) == 1:
-            t.fill_(1.0)
-        else:
-            t.normal_(0.0, shape[1] ** -0.5, generator=gen)
-        state[name] = t
-    return state
+    return {name: random_tensor(shape, device, dtype, gen) for name, shape in shapes.items()}
+
+
+def random_tensor(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype,
+                  gen: torch.Generator) -> torch.Tensor:
+    """One of random_state's tensors: N(0, 1/fan_in) drawn from `gen`, or ones for a norm."""
+    t = torch.empty(shape, device=device, dtype=dtype)
+    return t.fill_(1.0) if len(shape) == 1 else t.normal_(0.0, shape[1] ** -0.5, generator=gen)
 
 
 def quantize_state(state: dict[str, torch.Tensor], fp8: FP8Format) -> dict[str, torch.Tensor]:

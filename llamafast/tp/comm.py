@@ -1,0 +1,125 @@
+"""How the ranks of a tensor-parallel model combine their partial results, chosen once per run (--tp-comm).
+
+Sharding (shard.py): attention by heads and the FFN by neurons (Megatron, as gpt-fast's tp.py): wqkv, w1 and w3
+are split by rows and need no communication; wo and w2 are split by columns, so each leaves a partial (C,) sum
+on every rank: 2 synchronisation points per layer, the fewest this sharding allows, plus one to gather the
+vocabulary-sharded logits. The residual stream stays whole on every rank, added exactly once.
+
+    nccl  gpt-fast's scheme: each partial (rank 0's with the residual added) goes through an NCCL all-reduce,
+          captured in the decode graph; the baseline.
+    symm  decode through symmetric memory (kernels/tp_sync.py): wo and w2 push their partials into every rank's
+          buffer and the next fused kernel sums them while it reads its input; no all-reduce kernel at all.
+          Prompts (S > 1) go through NCCL in both modes (see README: the measurement that decided).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from llamafast.config import TPComm
+from llamafast.errors import LlamafastError
+from llamafast.tp.dist import Ranks
+
+
+class NcclComm:
+    name = TPComm.nccl
+
+    def __init__(self, ranks: Ranks, vocab_sharded: bool):
+        self.ranks, self.vocab_sharded = ranks, vocab_sharded
+        self.rank, self.world, self.group = ranks.shard.rank, ranks.shard.world, ranks.group
+
+    def row_linear(self, ops, x, w, residual, scale, fmt, slot: int):
+        """residual + sum over ranks of x_r @ w_r.T: this rank's partial, the residual added on rank 0 only."""
+        out = ops.linear_residual(x, w, residual if self.rank == 0 else torch.zeros_like(residual), scale, fmt=fmt)
+        dist.all_reduce(out, group=self.group)
+        return out
+
+    def lm_head(self, ops, x, norm_w, w, eps, scale, fmt, slot: int):
+        """The whole (S, V) logits on every rank: this rank's vocabulary rows, gathered."""
+        logits = ops.rmsnorm_lm_head(x, norm_w, w, eps, scale, fmt=fmt)
+        if not self.vocab_sharded:
+            return logits
+        parts = [torch.empty_like(logits) for _ in range(self.world)]
+        dist.all_gather(parts, logits.contiguous(), group=self.group)
+        return torch.cat(parts, dim=1)
+
+
+class SymmComm(NcclComm):
+    name = TPComm.symm
+
+    def __init__(self, ranks: Ranks, vocab_sharded: bool, n_layers: int, dim: int, vocab: int):
+        super().__init__(ranks, vocab_sharded)
+        self.peers = symmetric_peers(ranks, 2 * n_layers + 1, dim, vocab if vocab_sharded else 0)
+
+    def row_linear(self, ops, x, w, residual, scale, fmt, slot: int):
+        if x.shape[0] > 1:
+            return super().row_linear(ops, x, w, residual, scale, fmt, slot)
+        from llamafast.kernels.tp_sync import push_linear
+
+        return push_linear(x, w, scale, fmt, self.peers, slot, residual)
+
+    def lm_head(self, ops, x, norm_w, w, eps, scale, fmt, slot: int):
+        if x.shape[0] > 1 or not self.vocab_sharded:
+            return super().lm_head(ops, x, norm_w, w, eps, scale, fmt, slot)
+        from llamafast.kernels.rmsnorm_lm_head import rmsnorm_lm_head
+        from llamafast.kernels.tp_sync import wait_logits
+
+        rmsnorm_lm_head(x, norm_w, w, eps, scale, fmt=fmt, push=(self.peers, slot))
+        return wait_logits(self.peers, slot)
+
+
+def make_comm(kind: TPComm, ranks: Ranks, config, vocab_sharded: bool, backend_step: str):
+    """The communication for a model of `config` sharded over `ranks`: symm needs the triton backend on GPUs
+    with peer access; where that is missing the run falls back to NCCL and says why (returned as a note)."""
+    if kind == TPComm.nccl:
+        return NcclComm(ranks, vocab_sharded), None
+    reason = symm_unavailable(ranks, backend_step)
+    if reason:
+        return NcclComm(ranks, vocab_sharded), f"--tp-comm symm unavailable ({reason}); using nccl"
+    return SymmComm(ranks, vocab_sharded, config.n_layers, config.dim, config.vocab_size), None
+
+
+def symm_unavailable(ranks: Ranks, backend_step: str) -> str | None:
+    if backend_step != "graph":
+        return "it runs on the triton backend only"
+    if ranks.device.type != "cuda":
+        return "no CUDA GPUs"
+    try:
+        import torch.distributed._symmetric_memory  # noqa: F401
+    except ImportError:
+        return f"torch {torch.__version__} has no symmetric memory"
+    for peer in range(torch.cuda.device_count()):
+        if peer != ranks.device.index and not torch.cuda.can_device_access_peer(ranks.device.index, peer):
+            return f"GPU {ranks.device.index} cannot access GPU {peer} directly (no P2P)"
+    return None
+
+
+def symmetric_peers(ranks: Ranks, slots: int, dim: int, vocab: int):
+    """This rank's Peers (kernels/tp_sync.py): parts (slots, N, C) fp32 and flags (slots, 2) int32 in symmetric
+    memory, rendezvoused once, and the tables of every rank's addresses."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    from llamafast.kernels.tp_sync import Peers
+
+    world, device = ranks.shard.world, ranks.device
+    name = ranks.group.group_name
+
+    def shared(shape, dtype):
+        t = symm_mem.empty(shape, dtype=dtype, device=device)
+        t.zero_()
+        handle = symm_mem.rendezvous(t, name)
+        ptrs = list(getattr(handle, "buffer_ptrs", [])) or [
+            handle.get_buffer(r, t.shape, t.dtype).data_ptr() for r in range(world)]
+        return t, torch.tensor(ptrs, dtype=torch.int64, device=device)
+
+    try:
+        parts, parts_table = shared((slots, world, dim), torch.float32)
+        flags, flags_table = shared((slots, 2), torch.int32)
+        logits, logits_table = shared((vocab,), torch.float32) if vocab else (None, None)
+    except RuntimeError as e:
+        raise LlamafastError(f"symmetric memory failed ({str(e).splitlines()[0]}); use --tp-comm nccl") from None
+    torch.cuda.synchronize(device)
+    dist.barrier(group=ranks.group)  # every rank's buffers are zeroed before any peer writes into them
+    counters = torch.zeros(slots, dtype=torch.int32, device=device)
+    return Peers(ranks.shard.rank, world, parts_table, flags_table, parts, flags, counters, logits_table, logits)

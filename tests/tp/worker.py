@@ -1,0 +1,66 @@
+"""Run by tests/tp/test_tp_run.py under torchrun (gloo on the CPU; NCCL and symmetric memory on GPUs): each rank
+loads its shard and the whole model, runs the same prompt and decode steps through both, and writes what it saw
+to OUT/rank{R}.pt for the test to compare.
+
+    torchrun --standalone --nproc-per-node N tests/tp/worker.py OUT MODEL|shape:NAME STEPS COMM [DTYPE]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from llamafast.backends import with_backend
+from llamafast.config import Backend, DType, SamplingConfig, TPComm
+from llamafast.generate import Engine, stream_tokens
+from llamafast.load import load_model, random_model
+from llamafast.tp.comm import make_comm
+from llamafast.tp.dist import setup
+
+
+def main(out: Path, source: str, steps: int, comm: str, dtype: str = "float32") -> None:
+    ranks = setup(None)
+    dev = ranks.device
+    backend = Backend.triton if dev.type == "cuda" else Backend.reference
+
+    def loaded(shard):
+        if source.startswith("shape:"):
+            return random_model(source[6:], dev, DType(dtype), backend, shard=shard)
+        return load_model(Path(source), None, dev, DType(dtype), backend, shard=shard)
+
+    sharded, whole = loaded(ranks.shard), loaded(None)
+    config = whole.model.config
+    sharded.model.comm, note = make_comm(TPComm(comm), ranks, config, ranks.shard.vocab_sharded(config),
+                                         sharded.model.backend.step)
+    prompt = [1] + torch.randint(3, config.vocab_size, (15,), generator=torch.Generator().manual_seed(0)).tolist()
+    record = {"note": note, "comm": sharded.model.comm.name.value}
+    for name, lm in (("tp", sharded), ("one", whole)):  # greedy, decode steps replayed from graphs on GPUs
+        record[f"{name}_tokens"] = list(stream_tokens(Engine(lm.model, SamplingConfig(temperature=0),
+                                                             len(prompt) + steps), prompt, steps))
+    # Logits, each model fed TP=1's greedy tokens; the reference backend on the same whole weights shows what a
+    # different summation order alone changes (the yardstick for bf16).
+    reference = with_backend(whole.model, Backend.reference)
+    for name, model in (("tp", sharded.model), ("one", whole.model), ("ref", reference)):
+        record[f"{name}_logits"] = step_logits(model, prompt, record["one_tokens"][: steps - 1])
+    torch.manual_seed(1234)
+    sampler = Engine(sharded.model, SamplingConfig(temperature=0.9, top_p=0.95), len(prompt) + steps)
+    record["sampled"] = list(stream_tokens(sampler, prompt, steps))
+    torch.save(record, out / f"rank{ranks.shard.rank}.pt")
+
+
+@torch.no_grad()
+def step_logits(model, prompt: list[int], tokens: list[int]) -> torch.Tensor:
+    """(1 + len(tokens), V) fp32: the prompt's last logits, then each decode step's, run eagerly."""
+    dev = model.tok_embeddings.weight.device
+    model.setup_cache(len(prompt) + len(tokens) + 1)
+    rows = [model(torch.tensor(prompt, device=dev), torch.tensor(0, device=dev))[0].float().cpu()]
+    for i, token in enumerate(tokens):
+        pos = torch.tensor(len(prompt) + i, device=dev)
+        rows.append(model(torch.tensor([token], device=dev), pos)[0].float().cpu())
+    return torch.stack(rows)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], *sys.argv[5:])
