@@ -153,6 +153,22 @@ class WeightFormat(str, Enum):
         return ("float", "fp8_e5m2", "fp8_e4m3").index(self.value)
 
 
+class FP8Format(str, Enum):
+    """What --fp8-format asks for (llamafast.quant quantizes)."""
+
+    e5m2 = "e5m2"
+    e4m3 = "e4m3"
+
+    @property
+    def weights(self) -> str:
+        """The weight-format name in checkpoint metadata and reports: "fp8_e5m2" or "fp8_e4m3"."""
+        return f"fp8_{self.value}"
+
+    @property
+    def format(self) -> WeightFormat:
+        return WeightFormat(self.weights)
+
+
 class SparseMode(str, Enum):
     """How a sparse FFN picks the neuron groups it runs for a token (llamafast/sparse/)."""
 

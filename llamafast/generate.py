@@ -2,7 +2,8 @@
 
 The Engine keeps the current token, its position and the seen-token mask on the device; a decode step
 reads them and writes the next token in place, so the host only ever reads token ids back, one step
-behind the GPU (the next step is queued before the host waits for the current token).
+behind the GPU (the next step is queued before the host waits for the current token; only the first new token,
+sampled by prefill, goes out before any decode step is queued).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ class Engine:
         self.token = torch.zeros(1, dtype=torch.long, device=device)  # (1,) last sampled token
         self.pos = torch.zeros((), dtype=torch.long, device=device)  # position of self.token
         self.seen = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)  # for the penalty
+        # Host-side count of cache positions that hold the current sequence (0..n_cached-1), kept without a sync:
+        # prefill sets it, each decode step adds the token it fed. Raised only after the work is queued, so a
+        # KeyboardInterrupt mid-step leaves it short, never long (a chat reusing the cache relies on that).
+        self.n_cached = 0
         self._compiled = None
         self._graph: torch.cuda.CUDAGraph | None = None
         if self.mode == "graph" and device.type != "cuda":
@@ -60,20 +65,29 @@ class Engine:
         return sample(self.model(token, pos)[0], seen, self.sampling, self.n_vocab)
 
     @torch.no_grad()
-    def prefill(self, ids: list[int]) -> None:
-        """Runs the prompt through the model and samples the first new token into self.token."""
+    def prefill(self, ids: list[int], start: int = 0) -> None:
+        """Runs the prompt through the model and samples the first new token into self.token.
+
+        start: the cache already holds ids[:start] (the caller's word for it), so only ids[start:] runs, at
+        positions start..; the repetition penalty still sees all of ids."""
+        if not 0 <= start < len(ids):
+            raise ValueError(f"prefill start {start} must leave at least one of the {len(ids)} prompt tokens to run")
+        self.n_cached = start
         tokens = torch.tensor(ids, dtype=torch.long, device=self.token.device)
-        self.pos.zero_()
+        self.pos.fill_(start)
         self.seen.zero_()
         self.seen[tokens] = True
-        self._advance(sample(self.prompt_logits(tokens)[0], self.seen, self.sampling, self.n_vocab), len(ids))
+        logits = self.prompt_logits(tokens[start:], start)
+        self._advance(sample(logits[0], self.seen, self.sampling, self.n_vocab), len(ids) - start)
+        self.n_cached = len(ids)
 
     @torch.no_grad()
-    def prompt_logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Writes the KV cache for the prompt (S,) in chunks of prefill_chunk; the last position's logits (1, V)."""
-        for start in range(0, tokens.shape[0], self.prefill_chunk):
-            pos = torch.full((), start, dtype=torch.long, device=tokens.device)
-            logits = self.model(tokens[start : start + self.prefill_chunk], pos)
+    def prompt_logits(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Writes the KV cache for the prompt (S,) at positions start.. in chunks of prefill_chunk; the last
+        position's logits (1, V)."""
+        for i in range(0, tokens.shape[0], self.prefill_chunk):
+            pos = torch.full((), start + i, dtype=torch.long, device=tokens.device)
+            logits = self.model(tokens[i : i + self.prefill_chunk], pos)
         return logits
 
     @torch.no_grad()
@@ -83,9 +97,10 @@ class Engine:
             if self._graph is None:
                 self._graph = self._capture()
             self._graph.replay()
-            return
-        step = self._compiled or self._next_token
-        self._advance(step(self.token, self.pos, self.seen), 1)
+        else:
+            step = self._compiled or self._next_token
+            self._advance(step(self.token, self.pos, self.seen), 1)
+        self.n_cached += 1
 
     def _capture(self) -> torch.cuda.CUDAGraph:
         """Captures one whole decode step (all layers, sampling, the state update) as a CUDA graph.
@@ -123,18 +138,22 @@ def _inductor_settings() -> None:
     inductor.fx_graph_cache = True
 
 
-def stream_tokens(engine: Engine, prompt_ids: list[int], max_new_tokens: int) -> Iterator[int]:
-    """Yields new token ids as they reach the host, keeping one decode step queued ahead."""
-    engine.prefill(prompt_ids)
+def stream_tokens(engine: Engine, prompt_ids: list[int], max_new_tokens: int, start: int = 0) -> Iterator[int]:
+    """Yields new token ids as they reach the host. The first one goes out as soon as prefill sampled it, before
+    the first decode step (which captures the CUDA graph: seconds at 7B on a cold start); from the second on,
+    one decode step is kept queued ahead of the host. start: as Engine.prefill's."""
+    engine.prefill(prompt_ids, start)
     on_gpu = engine.token.is_cuda
     bufs = [torch.empty(1, dtype=torch.long, pin_memory=on_gpu) for _ in range(2)]
     events = [torch.cuda.Event() if on_gpu else None for _ in range(2)]
     for i in range(max_new_tokens):
         buf, ev = bufs[i % 2], events[i % 2]
+        if i == 1:
+            engine.decode()  # token 1, held back until token 0 was handed out
         buf.copy_(engine.token, non_blocking=on_gpu)
         if ev is not None:
             ev.record()
-        if i + 1 < max_new_tokens:
+        if 0 < i < max_new_tokens - 1:
             engine.decode()
         if ev is not None:
             ev.synchronize()
@@ -182,23 +201,43 @@ def generate(
     max_new_tokens: int,
     stop: list[str] = (),
     on_text: Callable[[str], None] | None = None,
+    start: int = 0,
 ) -> Completion:
-    """Samples up to max_new_tokens, stopping at EOS or at a stop string (cut exactly before it).
+    """Seeds the sampler (the configured seed, else a random one it reports) and samples a completion; see
+    fill_completion. start: the cache already holds prompt_ids[:start] (Engine.prefill)."""
+    seed = engine.sampling.seed if engine.sampling.seed is not None else int.from_bytes(os.urandom(4), "little")
+    torch.manual_seed(seed)
+    out = Completion(list(prompt_ids), seed=seed)
+    fill_completion(engine, tokenizer, out, max_new_tokens, stop, on_text, start)
+    return out
+
+
+def fill_completion(
+    engine: Engine,
+    tokenizer: Tokenizer,
+    out: Completion,
+    max_new_tokens: int,
+    stop: list[str] = (),
+    on_text: Callable[[str], None] | None = None,
+    start: int = 0,
+) -> None:
+    """Samples up to max_new_tokens after out.prompt_ids into out, stopping at EOS or at a stop string (cut
+    exactly before it). out is kept up to date token by token, so a caller stopped by KeyboardInterrupt keeps
+    what arrived (a chat keeps the partial reply).
 
     on_text receives the text as it becomes final: never half a UTF-8 character, never a piece of text
     that may still turn out to start a stop string.
     """
-    seed = engine.sampling.seed if engine.sampling.seed is not None else int.from_bytes(os.urandom(4), "little")
-    torch.manual_seed(seed)
-    out = Completion(list(prompt_ids), seed=seed)
-    decoder, matcher = StreamDecoder(tokenizer, prompt_ids), StopMatcher(list(stop))
+    decoder, matcher = StreamDecoder(tokenizer, out.prompt_ids), StopMatcher(list(stop))
     emit = on_text or (lambda _: None)
     t0 = _sync_time(engine)
-    t_first = t_last = t0
-    for token in stream_tokens(engine, prompt_ids, max_new_tokens):
-        t_last = time.perf_counter()
-        if not out.token_ids:
-            t_first = t_last
+    t_first, received = t0, 0
+    for token in stream_tokens(engine, out.prompt_ids, max_new_tokens, start):
+        now = time.perf_counter()
+        if received == 0:
+            t_first, out.ttft_s = now, now - t0
+        received += 1
+        out.decode_s, out.decode_tokens = now - t_first, received - 1  # the first token belongs to ttft
         if token == tokenizer.eos_id:
             out.finish_reason = "eos"
             break
@@ -214,9 +253,6 @@ def generate(
         out.text += tail
         emit(tail)
         out.finish_reason = "stop" if matcher.stopped else out.finish_reason
-    out.ttft_s, out.decode_s = t_first - t0, t_last - t_first
-    out.decode_tokens = max(0, len(out.token_ids) + (out.finish_reason == "eos") - 1)
-    return out
 
 
 def _sync_time(engine: Engine) -> float:

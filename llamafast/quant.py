@@ -8,30 +8,15 @@ dequantizes, the Triton kernels bitcast in registers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 import torch
 
-from llamafast.config import WeightFormat
+from llamafast.config import FP8Format, WeightFormat  # FP8Format lives in config: the CLI's option types need no torch
 
 E5M2_MAX = 57344.0  # largest finite E5M2; beyond it the cast would give inf, so values are saturated
 E4M3_MAX = 448.0
 _NORMAL_MIN = {"e5m2": 2.0**-14, "e4m3": 2.0**-6}  # smallest normal: below it precision degrades gracefully
 _ROWS_PER_CHUNK = 1024  # quantize in row chunks so that fp32 temporaries stay small on large tensors
-
-
-class FP8Format(str, Enum):
-    e5m2 = "e5m2"
-    e4m3 = "e4m3"
-
-    @property
-    def weights(self) -> str:
-        """The weight-format name in checkpoint metadata and reports: "fp8_e5m2" or "fp8_e4m3"."""
-        return f"fp8_{self.value}"
-
-    @property
-    def format(self) -> WeightFormat:
-        return WeightFormat(self.weights)
 
 
 @dataclass

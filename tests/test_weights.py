@@ -166,3 +166,18 @@ def test_llama31_rope_scaling_in_either_layout(tmp_path, tiny_config, layout):
     inv_freq, _ = ROPE_INIT_FUNCTIONS["llama3"](hf, "cpu")
     angles = torch.outer(torch.arange(128).float(), inv_freq.float())
     torch.testing.assert_close(cos, torch.cos(angles), atol=1e-6, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("fmt", ["meta", "hf"])
+def test_gpu_staged_load_equals_cpu_load(tmp_path, tiny_config, fmt):
+    """The pinned staging pipeline (load/staging.py) delivers every tensor bit for bit, converted on the GPU."""
+    state = meta_state(tiny_config)
+    (write_meta if fmt == "meta" else write_hf)(tmp_path, tiny_config, state, 2)
+    ckpt = open_checkpoint(tmp_path)
+    on_cpu = load_state(ckpt, torch.device("cpu"), torch.bfloat16)
+    on_gpu = load_state(ckpt, torch.device("cuda"), torch.bfloat16)
+    assert on_cpu.keys() == on_gpu.keys()
+    for name, t in on_cpu.items():
+        assert torch.equal(on_gpu[name].cpu(), t), name

@@ -16,14 +16,10 @@ import torch
 
 from llamafast.config import Backend, SamplingConfig, SparseRun
 from llamafast.generate import Engine, stream_tokens
+from llamafast.bench.prompts import PROMPTS
 from llamafast.load import LoadedModel
 
 # Plain-text openings in several registers, for the sampled stream.
-PROMPTS = [
-    "The history of the city began", "def parse_config(path):", "In this paper we show that",
-    "Once upon a time, in a small village,", "The recipe calls for", "Dear team, thank you for",
-    "The weather tomorrow will be", "Photosynthesis is the process by which",
-]
 
 
 @dataclass
@@ -105,7 +101,6 @@ def _ppl(nll: list[torch.Tensor]) -> float:
     return math.exp(torch.cat(nll).double().mean().item())
 
 
-VARIANTS = ("fp8_e5m2", "fp8_e4m3", "bfloat16", "float16", "float32")
 
 
 def sparse_variant(lm: LoadedModel, run: SparseRun) -> LoadedModel:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Annotated
 
 import typer
 
 from llamafast.cli.bench import bench
+from llamafast.cli.chat import chat
 from llamafast.cli.convert import convert_fp8
 from llamafast.cli.eval import eval_command
 from llamafast.cli.generate import generate
@@ -42,7 +44,29 @@ _click = getattr(typer.core, "_click", None) or importlib.import_module("click")
 # rich_markup_mode=None: help texts are plain text, so their "[default: 0.6]" is shown, not read as markup.
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_Commands,
                   rich_markup_mode=None)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"llamafast {version('llamafast')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            typer.echo("llamafast (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                               help="Print the version and exit.")] = False,
+):
+    """llamafast: Llama 2 at batch 1, as fast as the GPU's memory allows."""
+
+
 app.command()(bench)
+app.command()(chat)
 app.command("convert-fp8")(convert_fp8)
 app.command()(generate)
 app.command()(info)

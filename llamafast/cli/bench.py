@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from llamafast.bench.decode import BenchReport, run_bench, sparse_pair
-from llamafast.bench.prefill import run_prefill_bench
-from llamafast.cli.bench_kernels import bench_kernels_command
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context,
     clean_errors, device_or_default, emit_json, err, parse_floats, path_or, pick, preset, progress_bar, require_routers,
     stdout_console,
 )
 from llamafast.cli.tp import TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, make_comms, on_every_rank, tensor_parallel
-from llamafast.config import MODEL_CONFIGS, Backend, DType, SparseMode, SparseRun, TPComm, model_config
-from llamafast.formats.sparsify import check_group_size as _check_group
+from llamafast.config import MODEL_CONFIGS, Backend, DType, FP8Format, SparseMode, SparseRun, TPComm, model_config
 from llamafast.errors import LlamafastError
-from llamafast.generate import PREFILL_CHUNK
-from llamafast.load import OpenedModel, load_model, open_model, quantized, random_model, resolve_backend
-from llamafast.quant import FP8Format
+
+if TYPE_CHECKING:
+    from llamafast.bench.decode import BenchReport
+    from llamafast.load import OpenedModel
 
 
 def bench(
@@ -43,7 +40,7 @@ def bench(
     prefill: Annotated[bool, typer.Option("--prefill", help="Time to first token and prefill tokens/s at --prompt-lens instead.")] = False,
     prompt_lens: Annotated[str, typer.Option(help="With --prefill: comma-separated prompt lengths [default: 128,512,2048,4000; 512,4000 with --kernels].")] = None,
     reps: Annotated[int, typer.Option(help="With --prefill: timed runs per length (the median is reported).")] = 10,
-    chunk: Annotated[int, typer.Option(help="With --prefill: prompt tokens per forward pass.")] = PREFILL_CHUNK,
+    chunk: Annotated[Optional[int], typer.Option(help="With --prefill: prompt tokens per forward pass [default: 2048, generate.PREFILL_CHUNK].")] = None,
     context: Annotated[int, typer.Option(help="With --kernels: tokens of context for attention.")] = 4096,
     sparsity: Annotated[Optional[str], typer.Option(help="Also time the sparse FFN at these comma-separated sparsities (0,0.3,0.5,0.7) beside the dense triton run: a sparsified checkpoint's routers, or with --random-weights exact-sparsity routers.")] = None,
     sparse_mode: Annotated[Optional[list[SparseMode]], typer.Option(help="With --sparsity: router and/or gate (repeatable) [default: router].")] = None,
@@ -54,6 +51,10 @@ def bench(
 ):
     """Measure load time, time to first token, decode tokens/s and achieved memory bandwidth, per backend
     (--prefill: time to first token per prompt length; --kernels: each kernel against its reference)."""
+    from llamafast.bench.decode import run_bench, sparse_pair
+    from llamafast.generate import PREFILL_CHUNK
+    from llamafast.load import quantized
+
     with clean_errors(), tensor_parallel(tp, device) as ranks:
         run = preset(config)
         run.refuse_unused("bench", BENCH_KEYS)
@@ -67,6 +68,8 @@ def bench(
         if tp_comm and not ranks:
             raise LlamafastError("--tp-comm applies only to a tensor-parallel run (torchrun ... --tp N)")
         if kernels:
+            from llamafast.cli.bench_kernels import bench_kernels_command
+
             name = pick(shape, run.shape) or "llama-2-7b"
             lengths = _lengths(prompt_lens, model_config(name).max_seq_len, True)
             return bench_kernels_command(name, dev, pick(dtype, DType.bfloat16), context, fmt,
@@ -77,7 +80,7 @@ def bench(
             lengths = _lengths(prompt_lens, max_seq_len)
             lm = on_every_rank(ranks, lambda: _bench_model(run, source, dev, dtype, ranks))
             _note(attach_comm(ranks, lm, TPComm.nccl))
-            return _bench_prefill(lm, backend, lengths, reps, chunk, json_out, out)
+            return _bench_prefill(lm, backend, lengths, reps, chunk or PREFILL_CHUNK, json_out, out)
         n_prompt, n_new = pick(prompt_len, run.prompt_len), pick(new_tokens, run.max_new_tokens)
         if n_prompt < 1 or n_new < 2:
             raise LlamafastError("--prompt-len must be at least 1 and --new-tokens at least 2")
@@ -114,6 +117,9 @@ def _sparse_runs(sparsity: str | None, modes, group_size: int, source, dev) -> l
         if modes:
             raise LlamafastError("--sparse-mode applies only with --sparsity")
         return None
+    from llamafast.formats.sparsify import check_group_size as _check_group
+    from llamafast.load import resolve_backend
+
     runs = [SparseRun(s, m) for m in (modes or [SparseMode.router]) for s in parse_floats(sparsity, "--sparsity") if s > 0]
     if isinstance(source, str):
         _check_group(group_size, model_config(source).hidden_dim)
@@ -136,6 +142,8 @@ def _lengths(text: str | None, context: int, kernels: bool = False) -> list[int]
 
 
 def _bench_prefill(lm, backends, lengths: list[int], reps: int, chunk: int, json_out: bool, out: Path | None):
+    from llamafast.bench.prefill import run_prefill_bench
+
     if reps < 1 or chunk < 1:
         raise LlamafastError("--reps and --chunk must be at least 1")
     device = lm.model.tok_embeddings.weight.device
@@ -157,6 +165,8 @@ def _bench_prefill(lm, backends, lengths: list[int], reps: int, chunk: int, json
 def _source(run, model, tokenizer, random_weights, shape) -> str | OpenedModel:
     """What bench will run: a shape name for random weights, or the checkpoint opened from its header. The
     model options are checked here, before any weights load."""
+    from llamafast.load import open_model
+
     shape = pick(shape, run.shape)
     if random_weights or run.random_weights:
         if shape is None:
@@ -169,6 +179,8 @@ def _source(run, model, tokenizer, random_weights, shape) -> str | OpenedModel:
 
 def _bench_model(run, source: str | OpenedModel, dev, dtype, ranks=None):
     """Random weights of a shape, or the opened checkpoint's weights (a rank's shard of them under --tp)."""
+    from llamafast.load import load_model, random_model
+
     shard = ranks and ranks.shard
     if isinstance(source, str):
         return random_model(source, dev, pick(dtype, DType.bfloat16 if dev.type == "cuda" else DType.float32),

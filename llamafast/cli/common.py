@@ -1,4 +1,8 @@
-"""Pieces every llamafast command shares: option types, clean errors, progress bars, consoles."""
+"""Pieces every llamafast command shares: option types, clean errors, progress bars, consoles.
+
+No torch at module level here or in any command module: `llamafast --help` builds every command's options
+without it (tests/cli/test_startup.py). Commands import what they run inside their functions.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +13,13 @@ import sys
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
-import torch
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
-from llamafast.config import DType, SparseMode, SparseRun
+from llamafast.config import DType, FP8Format, SparseMode, SparseRun
 from llamafast.errors import LlamafastError
-from llamafast.load import resolve_device
 from llamafast.cli.presets import RunConfig, load_preset
-from llamafast.quant import FP8Format
-from llamafast.load.weights import sparse_layout
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -41,9 +41,9 @@ def clean_errors():
         yield
     except LlamafastError as e:
         fail(str(e))
-    except torch.cuda.OutOfMemoryError as e:
-        fail(f"out of GPU memory: {str(e).splitlines()[0]}")
-    except RuntimeError as e:
+    except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one (torch may not be imported here)
+        if type(e).__name__ == "OutOfMemoryError":
+            fail(f"out of GPU memory: {str(e).splitlines()[0]}")
         if "can't allocate memory" not in str(e) and "not enough memory" not in str(e):
             raise
         fail(f"out of host memory: {str(e).splitlines()[0]}")
@@ -90,6 +90,8 @@ def progress_bar(description: str = "loading weights"):
 
 
 def device_or_default(name: str | None):
+    from llamafast.load import resolve_device
+
     device = resolve_device(name)
     if name is None and device.type == "cpu":
         err.print("llamafast: no CUDA GPU found; running the reference path on the CPU")
@@ -159,6 +161,8 @@ def stdout_console() -> Console:
 
 def check_sparsity(opened, sparsity: float | None, mode: SparseMode) -> SparseRun | None:
     """The sparse run asked for, checked against the checkpoint before any weights load (None: dense)."""
+    from llamafast.load.weights import sparse_layout
+
     layout = sparse_layout(opened.checkpoint)
     if layout is None and sparsity is None and mode == SparseMode.router:
         return None
@@ -168,6 +172,8 @@ def check_sparsity(opened, sparsity: float | None, mode: SparseMode) -> SparseRu
 
 def require_routers(ckpt, what: str = "--sparsity needs"):
     """The checkpoint's sparse layout, or one error naming the option that needs it."""
+    from llamafast.load.weights import sparse_layout
+
     layout = sparse_layout(ckpt)
     if layout is None:
         raise LlamafastError(f"{what} a sparsified checkpoint; {ckpt.path} has no routers (make one with "

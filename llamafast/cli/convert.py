@@ -10,9 +10,7 @@ import typer
 from rich.table import Table
 
 from llamafast.cli.common import DeviceOpt, FP8FormatOpt, TokenizerOpt, clean_errors, err, progress_bar, stdout_console
-from llamafast.formats.convert import convert_fp8 as convert
-from llamafast.load import resolve_device
-from llamafast.quant import FP8Format
+from llamafast.config import FP8Format
 
 
 def convert_fp8(
@@ -26,6 +24,9 @@ def convert_fp8(
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of a table.")] = False,
 ):
     """Convert a checkpoint's linear weights to FP8 (E5M2 bit patterns in int8, or scaled E4M3)."""
+    from llamafast.formats.convert import convert_fp8 as convert
+    from llamafast.load import resolve_device
+
     with clean_errors():
         with progress_bar("converting") as update:
             report = convert(src, dst, format, keep_lm_head, force, tokenizer, resolve_device(device), update)

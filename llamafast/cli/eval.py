@@ -9,14 +9,13 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from llamafast.bench.quality import PROMPTS, VARIANTS, compare, make_variant, sampled_stream, sparse_variant, text_stream
+from llamafast.bench.prompts import PROMPTS, VARIANTS
 from llamafast.cli.common import (
     DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, device_or_default, emit_json, pick, progress_bar,
     parse_floats, read_prompt, require_routers, stdout_console,
 )
 from llamafast.config import Backend, DType, SparseMode, SparseRun
 from llamafast.errors import LlamafastError
-from llamafast.load import load_model, open_model
 
 
 def eval_command(
@@ -37,6 +36,9 @@ def eval_command(
     out: Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file.")] = None,
 ):
     """Measure what other weights cost against the base model: perplexity, KL divergence, top-1 agreement."""
+    from llamafast.bench.quality import compare, make_variant, sampled_stream, sparse_variant, text_stream
+    from llamafast.load import load_model, open_model
+
     with clean_errors():
         runs = [SparseRun(s, m) for m in (sparse_mode or list(SparseMode)) for s in parse_floats(sparsity, "--sparsity")]
         names = variant or ([] if runs else ["fp8_e5m2", "fp8_e4m3"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,12 +17,8 @@ from llamafast.cli.common import (
     progress_bar, read_prompt,
 )
 from llamafast.cli.tp import TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, on_every_rank, shared_seed, tensor_parallel
-from llamafast.config import Backend, SamplingConfig, SparseMode, TPComm
+from llamafast.config import Backend, FP8Format, SamplingConfig, SparseMode, TPComm
 from llamafast.errors import LlamafastError
-from llamafast.generate import Engine
-from llamafast.generate import generate as generate_text
-from llamafast.load import load_model, open_model
-from llamafast.quant import FP8Format
 
 
 def generate(
@@ -52,6 +49,12 @@ def generate(
     config: ConfigOpt = None,
 ):
     """Generate text from a prompt, streaming it as it is sampled."""
+    from llamafast import STARTED
+    from llamafast.generate import Engine
+    from llamafast.generate import generate as generate_text
+    from llamafast.load import load_model, open_model
+
+    phases = {"import_s": time.perf_counter() - STARTED}  # llamafast's first import to here: torch and the rest
     with clean_errors(), tensor_parallel(tp, device) as ranks:
         run = preset(config)
         run.refuse_unused("generate", GENERATE_KEYS)
@@ -68,6 +71,7 @@ def generate(
             raise LlamafastError("--system applies only with --chat")
         text = read_prompt(prompt, prompt_file)
         dev = ranks.device if ranks else device_or_default(pick(device, run.device))
+        phases["init_s"] = _init_device(dev)
         check_tp_backend(ranks, pick(backend, run.backend))
         opened = on_every_rank(ranks, lambda: open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer)))
         tok = opened.tokenizer
@@ -89,11 +93,14 @@ def generate(
         engine = Engine(lm.model, sampling, len(ids) + max_new, n_vocab=tok.vocab_size)
         if echo and not json_out:
             _write(text)
+        t_generate = time.perf_counter()
         done = generate_text(engine, tok, ids, max_new, stop or [], on_text=None if json_out else _write)
+        phases.update(load_s=lm.load_s, ttft_s=done.ttft_s, decode_s=done.decode_s,
+                      first_token_since_import_s=t_generate + done.ttft_s - STARTED)
         if json_out:
             record = {"prompt": text, "model": lm.source, "format": lm.format, "weights": lm.weights,
                       "backend": lm.backend.value, "device": str(dev), "load_s": lm.load_s, **done.to_dict(),
-                      **_sparse_record(lm.model), **_tp_record(lm.model)}
+                      **_sparse_record(lm.model), **_tp_record(lm.model), "phases": phases}
             print(json.dumps(record, ensure_ascii=False))
             return
         _write("\n")
@@ -117,6 +124,17 @@ def _sparse_record(model) -> dict:
     skipped = model.groups_skipped()
     return {"sparse": {"sparsity": model.sparse.sparsity, "mode": model.sparse.mode.value,
                        "groups_skipped": None if skipped is None else round(skipped, 4)}}
+
+
+def _init_device(device) -> float:
+    """Seconds to create the CUDA context (0 on the CPU), timed apart from loading (--json phases)."""
+    import torch
+
+    t0 = time.perf_counter()
+    if device.type == "cuda":
+        torch.zeros(1, device=device)
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
 
 
 def _tp_record(model) -> dict:

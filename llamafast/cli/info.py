@@ -9,7 +9,6 @@ import typer
 
 from llamafast.cli.common import ModelOpt, TokenizerOpt, clean_errors, err
 from llamafast.errors import LlamafastError
-from llamafast.formats import describe
 
 
 def info(
@@ -19,6 +18,8 @@ def info(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ):
     """Describe a checkpoint: format, config, parameters, weight format and bytes read per token."""
+    from llamafast.formats import describe
+
     with clean_errors():
         if shape and (model or tokenizer):
             raise LlamafastError("--shape describes a known shape; it does not go with --model or --tokenizer")

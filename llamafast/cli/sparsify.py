@@ -10,8 +10,6 @@ import typer
 
 from llamafast.cli.common import DeviceOpt, TokenizerOpt, clean_errors, emit_json, err, read_text_file, stdout_console
 from llamafast.config import MAX_SPARSITY, SparseRun
-from llamafast.formats.sparsify import sparsify as run_sparsify
-from llamafast.load import resolve_device
 
 
 def sparsify(
@@ -27,6 +25,9 @@ def sparsify(
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ):
     """Calibrate a router-sparse FFN (groups, routers, thresholds) on a text and write a sparsified checkpoint."""
+    from llamafast.formats.sparsify import sparsify as run_sparsify
+    from llamafast.load import resolve_device
+
     with clean_errors():
         SparseRun(sparsity)  # checks the range before anything is read
         calibration = read_text_file(text, "--text")

@@ -48,6 +48,35 @@ def safetensors_narrow(handle, key: str) -> Narrow:
     return narrow
 
 
+def safetensors_views(file: Path) -> dict[str, Callable[[], torch.Tensor]]:
+    """Per tensor, a loader of a zero-copy view into the memory-mapped file (safetensors' get_tensor copies
+    while holding the GIL, so reader threads (load/staging.py) could not overlap it). Where the header cannot be
+    read this way, {}: safe_open's loaders are used and give their own errors."""
+    import mmap
+
+    try:
+        with open(file, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # copy-on-write, as torch.load(mmap=True)
+    except (OSError, ValueError, struct.error):
+        return {}
+    views = {}
+    for key, info in header.items():
+        dtype = ST_DTYPES.get(info.get("dtype")) if isinstance(info, dict) else None
+        if dtype is None or key == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        if 8 + n + end > len(mapped) or (end - begin) % dtype.itemsize:
+            return {}
+
+        def view(dtype=dtype, shape=tuple(info["shape"]), offset=8 + n + begin, count=(end - begin) // dtype.itemsize):
+            return torch.frombuffer(mapped, dtype=dtype, count=count, offset=offset).view(shape)
+
+        views[key] = view
+    return views
+
+
 @dataclass
 class Checkpoint:
     path: Path

@@ -11,7 +11,7 @@ import torch
 from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
 from llamafast.formats.common import (
-    ST_DTYPES, Checkpoint, TensorRef, config_from, open_safetensors, read_json, safetensors_narrow,
+    ST_DTYPES, Checkpoint, TensorRef, config_from, open_safetensors, read_json, safetensors_narrow, safetensors_views,
 )
 
 _HF_NAMES = {
@@ -57,10 +57,11 @@ def read_hf(path: Path) -> Checkpoint:
     tensors = {}
     for file in _hf_files(path):
         handle = open_safetensors(file)
+        views = safetensors_views(file)
         for key in handle.keys():
             name = _hf_to_meta(key)
             if name is not None:
-                tensors[name] = _hf_ref(handle, key, name, file, config)
+                tensors[name] = _hf_ref(handle, key, name, file, config, views.get(key))
     if cfg.get("tie_word_embeddings") is True:
         tensors.pop("output.weight", None)  # transformers ties the head to the embedding after loading
     elif cfg.get("tie_word_embeddings") is False and "output.weight" not in tensors:
@@ -148,13 +149,13 @@ def _hf_to_meta(key: str) -> str | None:
     return key  # unknown: kept, so that validation names it
 
 
-def _hf_ref(handle, key: str, name: str, file: Path, config: ModelConfig) -> TensorRef:
+def _hf_ref(handle, key: str, name: str, file: Path, config: ModelConfig, view=None) -> TensorRef:
     info = handle.get_slice(key)
     shape, dtype = tuple(info.get_shape()), ST_DTYPES.get(info.get_dtype(), torch.float32)
     heads = {"wq": config.n_heads, "wk": config.n_kv_heads}.get(name.split(".")[-2])
 
     def load() -> torch.Tensor:
-        t = handle.get_tensor(key)
+        t = view() if view is not None else handle.get_tensor(key)  # view: zero-copy, common.safetensors_views
         return _unpermute_rope(t, heads) if heads else t
 
     read = safetensors_narrow(handle, key)

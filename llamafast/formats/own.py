@@ -11,6 +11,7 @@ from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
 from llamafast.formats.common import (
     LLAMAFAST_FORMAT_KEY, ST_DTYPES, Checkpoint, TensorRef, open_safetensors, safetensors_metadata, safetensors_narrow,
+    safetensors_views,
 )
 
 
@@ -26,9 +27,10 @@ def read_llamafast(path: Path) -> Checkpoint:
     tensors = {}
     for file in files:
         handle = open_safetensors(file)
+        views = safetensors_views(file)
         for key in handle.keys():
             info = handle.get_slice(key)
             dtype = ST_DTYPES.get(info.get_dtype(), torch.float32)
-            load = lambda h=handle, k=key: h.get_tensor(k)  # noqa: E731
+            load = views.get(key) or (lambda h=handle, k=key: h.get_tensor(k))  # noqa: E731
             tensors[key] = TensorRef(tuple(info.get_shape()), dtype, load, file.name, safetensors_narrow(handle, key))
     return Checkpoint(path, "llamafast", config, tensors, None, meta)

@@ -133,13 +133,38 @@ def load_state(
     total = sum(nbytes(ckpt.tensors[s].shape, ckpt.tensors[s].dtype) for srcs in plan.values() for s in srcs)
     check_memory(sum(_loaded_bytes(ckpt, name, srcs, dtype, fp8) for name, srcs in plan.items()), device)
     state, done = {}, 0
-    for name, srcs in plan.items():
-        state.update(_maybe_quantized(name, read_tensor(ckpt, srcs, device, dtype), fp8))
-        done += sum(nbytes(ckpt.tensors[s].shape, ckpt.tensors[s].dtype) for s in srcs)
+    for name, t in _device_tensors(ckpt, plan, device, dtype):
+        state.update(_maybe_quantized(name, t, fp8))
+        done += sum(nbytes(ckpt.tensors[s].shape, ckpt.tensors[s].dtype) for s in plan[name])
         if progress:
             progress(done, total)
     state.setdefault("output.weight", state["tok_embeddings.weight"])  # tied embeddings
     return state
+
+
+def _device_tensors(ckpt: Checkpoint, plan: dict[str, list[str]], device: torch.device, dtype: torch.dtype):
+    """(name, tensor on device as_stored) per model tensor: on a GPU through pinned staging buffers that reader
+    threads fill while the GPU copies (staging.py); elsewhere straight from the memory maps."""
+    if device.type != "cuda":
+        for name, srcs in plan.items():
+            yield name, read_tensor(ckpt, srcs, device, dtype)
+        return
+    from llamafast.load.staging import Job, stream
+
+    jobs = []
+    for name, srcs in plan.items():
+        refs = [ckpt.tensors[s] for s in srcs]
+        shape = (sum(r.shape[0] for r in refs), *refs[0].shape[1:])
+        if len({r.dtype for r in refs}) == 1:
+            jobs.append(Job(name, [r.load for r in refs], shape, refs[0].dtype))
+    staged = {job.name: job for job in jobs}
+    tensors = stream(jobs, device)
+    for name, srcs in plan.items():
+        if name in staged:
+            job, t = next(tensors)
+            yield name, as_stored(name, t, device, dtype)
+        else:
+            yield name, read_tensor(ckpt, srcs, device, dtype)
 
 
 def _loaded_bytes(ckpt: Checkpoint, name: str, sources: list[str], dtype: torch.dtype, fp8: FP8Format | None) -> int:

@@ -223,12 +223,12 @@ def test_prompt_plus_new_tokens_beyond_context():
 
 def test_prompt_refused_before_the_weights_load(monkeypatch):
     """The context check runs on the tokenizer and the checkpoint's header: no weights read, no GPU touched."""
-    command = importlib.import_module("llamafast.cli.generate")  # the module, not the function it exports
+    load = importlib.import_module("llamafast.load")  # the command imports load_model from it when it runs
 
     def no_load(*args, **kwargs):
         raise AssertionError("load_model ran before the prompt was checked")
 
-    monkeypatch.setattr(command, "load_model", no_load)
+    monkeypatch.setattr(load, "load_model", no_load)
     _assert_clean_error(_run("generate", "Once upon a time " * 100, "--max-new-tokens", "256"), "--max-new-tokens")
 
 

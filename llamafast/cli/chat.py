@@ -1,0 +1,259 @@
+"""`llamafast chat`: a multi-turn session that keeps the model, its kernels and the conversation's KV cache warm.
+
+A terminal on standard input gets a `> ` prompt with line editing and history (readline); piped input runs one
+turn per line, so that scripts and tests can drive it. Replies go to stdout as they are sampled; notices, errors
+and (in a terminal) a summary of each reply go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from llamafast.cli.common import (
+    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, TokenizerOpt, clean_errors, device_or_default,
+    err, path_or, pick, preset, progress_bar,
+)
+from llamafast.config import Backend, FP8Format, SamplingConfig
+from llamafast.errors import LlamafastError
+
+ContextOpt = Annotated[Optional[int], typer.Option(
+    help="KV cache positions for the conversation; when it is full the oldest turns are dropped [default: the model's "
+         "context].")]
+
+# The preset keys chat reads (generate's); a bench preset's shape given to it is an error, not ignored.
+CHAT_KEYS = {"model", "tokenizer", "device", "dtype", "backend", "max_new_tokens", "sampling"}
+
+HELP = """\
+/reset          forget the conversation (the system message stays)
+/system TEXT    set the system message and start over; /system alone removes it
+/stats          turns, context used, speed of the last reply
+/save FILE      write the transcript (messages, sampling, each reply's numbers) as JSON
+/exit, /quit    leave (Ctrl-D at the prompt too)
+/help           this list"""
+
+
+def chat(
+    model: ModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    system: Annotated[Optional[str], typer.Option(help="System message for the conversation.")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="Most tokens per reply [default: 256].")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="0 is greedy [default: 0.6].")] = None,
+    top_k: Annotated[Optional[int], typer.Option(help="Sample from the k most likely tokens; 0 disables [default: 0].")] = None,
+    top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling mass; 1 disables [default: 0.9].")] = None,
+    repetition_penalty: Annotated[Optional[float], typer.Option(help="CTRL penalty for seen tokens; 1 disables [default: 1].")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Same seed and messages, same session (default: a random seed).")] = None,
+    stop: Annotated[Optional[list[str]], typer.Option(help="End a reply before this string (repeatable).")] = None,
+    device: DeviceOpt = None,
+    dtype: DTypeOpt = None,
+    fp8: FP8Opt = False,
+    fp8_format: FP8FormatOpt = FP8Format.e5m2,
+    backend: Annotated[Optional[Backend], typer.Option(help="Decode backend [default: triton on CUDA, reference on the CPU].")] = None,
+    context: ContextOpt = None,
+    config: ConfigOpt = None,
+):
+    """Chat with a model: one line per message, the reply streamed as it is sampled, the conversation kept in the
+    KV cache so that each turn runs only its new tokens. Commands: /reset, /system TEXT, /stats, /save FILE,
+    /exit, /help. Ctrl-C stops a reply; Ctrl-C or Ctrl-D at the prompt leaves. Piped input: one turn per line."""
+    from llamafast.chat import ChatSession
+    from llamafast.generate import Engine
+    from llamafast.load import load_model, open_model
+
+    with clean_errors():
+        run = preset(config)
+        run.refuse_unused("chat", CHAT_KEYS)
+        s = run.sampling
+        sampling = SamplingConfig(
+            pick(temperature, s.temperature), pick(top_k, s.top_k), pick(top_p, s.top_p),
+            pick(repetition_penalty, s.repetition_penalty), pick(seed, s.seed),
+        )
+        sampling.validate()
+        max_new = pick(max_new_tokens, run.max_new_tokens)
+        dev = device_or_default(pick(device, run.device))
+        opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
+        size = _context_size(context, opened.config.max_seq_len, max_new)  # refused before any weights load
+        with progress_bar() as update:
+            lm = load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
+                            fp8_format if fp8 else None)
+        engine = Engine(lm.model, sampling, size, n_vocab=opened.tokenizer.vocab_size)
+        session = ChatSession(engine, opened.tokenizer, system, max_new, stop or [], model=lm.source)
+        interactive = sys.stdin.isatty()
+        if interactive:
+            _note(f"{lm.source}: {lm.backend.value}, {lm.weights} weights, on {dev}; context {size} tokens; "
+                  "/help for commands, Ctrl-D to leave")
+        code = Repl(session, interactive).run()
+    raise typer.Exit(code)
+
+
+def _context_size(context: int | None, model_context: int, max_new: int) -> int:
+    size = model_context if context is None else context
+    if not 2 <= size <= model_context:
+        raise LlamafastError(f"--context must be between 2 and the model's context of {model_context} tokens")
+    if not 1 <= max_new < size:
+        raise LlamafastError(f"--max-new-tokens must be at least 1 and leave room for a message in the context of "
+                             f"{size} tokens; use --max-new-tokens {size // 2} or less, or a larger --context")
+    return size
+
+
+class Repl:
+    """Reads lines (a prompt with readline in a terminal, plain lines from a pipe) and runs each as a command or
+    a turn. run() returns the exit code: 0; from a pipe 1 if any line was refused, 130 after Ctrl-C."""
+
+    def __init__(self, session, interactive: bool):
+        self.session, self.interactive = session, interactive
+        self.refused = 0  # lines that ended in an error (piped input exits 1 at the end if any)
+        self.interrupted = False  # piped input stopped by Ctrl-C (exit code 130)
+        self.commands = {"/reset": self._reset, "/system": self._system, "/stats": self._stats, "/save": self._save,
+                         "/exit": self._exit, "/quit": self._exit, "/help": self._help}
+
+    def run(self) -> int:
+        if self.interactive:
+            _enable_line_editing()
+        for line in self._lines():
+            try:
+                if not self._handle(line):
+                    break
+            except KeyboardInterrupt:  # outside the reply itself (printing its summary, saving): nothing is lost
+                _write("\n")
+                if not self.interactive:
+                    return 130
+            except LlamafastError as e:
+                self._error(str(e))
+        if self.interactive:
+            return 0
+        return 130 if self.interrupted else 1 if self.refused else 0
+
+    def _lines(self):
+        """Non-empty input lines, stripped; ends at end of input (and, in a terminal, at Ctrl-C or Ctrl-D)."""
+        while True:
+            try:
+                line = input("> ") if self.interactive else _read_piped_line()
+            except (EOFError, KeyboardInterrupt):
+                if not self.interactive:
+                    raise  # Ctrl-C from the shell while a pipe is read: exit code 130
+                _write("\n")  # the shell's prompt on a line of its own
+                return
+            except UnicodeDecodeError as e:
+                self._error(f"input is not UTF-8 text (byte 0x{e.object[e.start]:02x}); line skipped")
+                continue
+            if line is None:
+                return
+            if line.strip():
+                yield line.strip()
+
+    def _handle(self, line: str) -> bool:
+        """Runs one line; False ends the session."""
+        if not line.startswith("/"):
+            return self._turn(line)
+        name, _, arg = line.partition(" ")
+        command = self.commands.get(name)
+        if command is None:
+            self._error(f"unknown command {name}; /help lists the commands")
+            return True
+        return command(arg.strip()) is not False
+
+    def _turn(self, text: str) -> bool:
+        done = self.session.reply(text, on_text=_write)
+        _write("\n")
+        if done.dropped_turns:
+            _note(f"context full: dropped the oldest {done.dropped_turns} turn(s) of the conversation")
+        if done.finish_reason == "interrupted":
+            _note("(interrupted)")
+            self.interrupted = not self.interactive  # from a pipe, Ctrl-C ends the run, not just the reply
+            return self.interactive
+        if self.interactive:
+            tps = done.tokens_per_s
+            _note(f"{len(done.token_ids)} tokens ({done.finish_reason}); ttft {done.ttft_s * 1e3:.1f} ms; "
+                  f"decode {f'{tps:.1f} tok/s' if tps else 'n/a'}; prefilled {done.prefilled_tokens} of "
+                  f"{done.prompt_tokens} prompt tokens")
+        return True
+
+    def _error(self, message: str) -> None:
+        self.refused += 1
+        typer.echo(f"error: {' '.join(message.split())}", err=True)
+
+    def _reset(self, _arg: str) -> None:
+        self.session.reset()
+        _note("conversation reset")
+
+    def _system(self, text: str) -> None:
+        self.session.set_system(text or None)
+        self.session.reset()
+        _note("system message set; conversation reset" if text else "system message removed; conversation reset")
+
+    def _stats(self, _arg: str) -> None:
+        s = self.session.stats()
+        tps, ttft = s["last_tokens_per_s"], s["last_ttft_s"]
+        last = "n/a" if ttft is None else f"{f'{tps:.1f} tok/s' if tps else 'n/a'}, ttft {ttft * 1e3:.1f} ms"
+        print(f"turns {s['turns']}; context {s['context_tokens']}/{s['context_size']} tokens; last reply {last}; "
+              f"{s['total_generated']} tokens generated", flush=True)
+
+    def _save(self, arg: str) -> None:
+        if not arg:
+            raise LlamafastError("usage: /save FILE")
+        path = Path(arg).expanduser()
+        write_atomically(path, json.dumps(self.session.transcript(), ensure_ascii=False, indent=1) + "\n")
+        _note(f"transcript saved to {path}")
+
+    def _exit(self, _arg: str) -> bool:
+        return False
+
+    def _help(self, _arg: str) -> None:
+        print(HELP, flush=True)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Writes a temporary file beside path and renames it into place: an interrupted save leaves the old file or
+    none, never half a transcript. The file follows the umask, as one written with open() would."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise LlamafastError(f"cannot save to {path}: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise LlamafastError(f"cannot save to {path}: {e.strerror}") from None
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _enable_line_editing() -> None:
+    """Importing readline gives input() line editing and an in-memory history (no history file is written)."""
+    try:
+        import readline  # noqa: F401
+    except ImportError:  # Windows without pyreadline: plain input() still works
+        pass
+
+
+def _read_piped_line() -> str | None:
+    """One line of standard input as UTF-8 without its line ending; None at the end of input."""
+    raw = sys.stdin.buffer.readline() if hasattr(sys.stdin, "buffer") else sys.stdin.readline().encode()
+    if not raw:
+        return None
+    return raw.decode("utf-8").rstrip("\r\n")
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _note(text: str) -> None:
+    err.print(f"[dim]{escape(text)}[/dim]")

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Regenerates the README's start-up figures on one GPU (run of record: nvidia-h100-x1): shell to first token
+# (scripts/time_to_first_token.py: a new process each run, median of 3 after a warm-up run, so the page cache
+# and Triton's cache are warm) for --help, the bundled model, and a Llama-2-7B Hugging Face checkpoint of random
+# bf16 weights written to local disk, then its FP8 conversion; each run's --json phases (one JSON line each, in
+# OUTDIR/startup.jsonl); and two `llamafast chat` sessions (the second with Triton's cache warm) whose second
+# turn (about 50 tokens) follows a conversation of about 1,000 tokens (OUTDIR/chat_7b.txt, /stats lines).
+#   bash scripts/bench_startup.sh OUTDIR TOKENIZER.model [CHECKPOINT_DIR]
+set -euo pipefail
+out=$1; tok=$2; ck=${3:-/tmp/llamafast-7b}
+mkdir -p "$out"
+log="$out/startup.jsonl"
+ttft="python scripts/time_to_first_token.py --reps 3 --out $log"
+prompt="The capital of France is"
+$ttft -- llamafast --help
+$ttft -- llamafast generate "Once upon a time" --max-new-tokens 32
+llamafast generate "Once upon a time" --max-new-tokens 32 --json >> "$log"
+[ -d "$ck/hf" ] || PYTHONPATH=. python scripts/make_random_checkpoint.py --shape llama-2-7b --tokenizer "$tok" "$ck/hf"
+$ttft -- llamafast generate --model "$ck/hf" "$prompt" --max-new-tokens 32
+llamafast generate --model "$ck/hf" "$prompt" --max-new-tokens 32 --json >> "$log"
+[ -d "$ck/fp8" ] || llamafast convert-fp8 "$ck/hf" "$ck/fp8" > /dev/null
+$ttft -- llamafast generate --model "$ck/fp8" "$prompt" --max-new-tokens 32
+llamafast generate --model "$ck/fp8" "$prompt" --max-new-tokens 32 --json >> "$log"
+long=$(python -c "import random; r = random.Random(0); print(' '.join(r.choice(['river', 'stone', 'light', 'garden', 'music', 'winter', 'paper', 'north']) for _ in range(900)))")
+short=$(python -c "print(' '.join(['Tell me more about the garden by the river'] * 5))")
+for run in 1 2; do
+  printf '%s\n%s\n/stats\n' "$long" "$short" | llamafast chat --model "$ck/hf" --temperature 0 --max-new-tokens 16 \
+    | grep '^turns' >> "$out/chat_7b.txt"
+done
