@@ -95,7 +95,7 @@ def generate(
             _write(text)
         t_generate = time.perf_counter()
         done = generate_text(engine, tok, ids, max_new, stop or [], on_text=None if json_out else _write)
-        phases.update(load_s=lm.load_s, ttft_s=done.ttft_s, decode_s=done.decode_s,
+        phases.update(load_s=lm.load_s, ttft_s=done.ttft_s, first_step_s=done.first_step_s, decode_s=done.decode_s,
                       first_token_since_import_s=t_generate + done.ttft_s - STARTED)
         if json_out:
             record = {"prompt": text, "model": lm.source, "format": lm.format, "weights": lm.weights,

@@ -11,6 +11,7 @@ waits for a buffer that a later tensor holds.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,10 @@ from dataclasses import dataclass
 
 import torch
 
-READERS = 4  # threads filling buffers: one thread's memcpy from the page cache is well under PCIe speed
+# Threads filling buffers: one thread's memcpy from the page cache is well under PCIe speed. H100 host, 7B HF
+# bf16 load_s with 4 / 8 / 16: 1.58 / 1.88 / 3.13 s (each thread adds a pinned buffer the size of the largest
+# tensor to allocate; scripts/experiments/startup/load_threads.txt).
+READERS = int(os.environ.get("LLAMAFAST_LOAD_THREADS", "4"))
 MAX_STAGED_BYTES = 1 << 30  # larger tensors (none in Llama 2) go the direct way
 
 
