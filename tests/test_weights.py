@@ -181,3 +181,18 @@ def test_gpu_staged_load_equals_cpu_load(tmp_path, tiny_config, fmt):
     assert on_cpu.keys() == on_gpu.keys()
     for name, t in on_cpu.items():
         assert torch.equal(on_gpu[name].cpu(), t), name
+
+
+def test_random_fp8_is_made_tensor_by_tensor_with_the_same_numbers():
+    """random_model with fp8 quantizes each tensor as it is drawn (the float model never exists whole), and gets
+    exactly what quantizing the whole float model gave."""
+    from llamafast.config import FP8Format, model_config
+    from llamafast.load import random_model
+    from llamafast.load.weights import quantize_state, random_state
+
+    for fmt in FP8Format:
+        model = random_model("stories260K", torch.device("cpu"), fp8=fmt).model
+        whole = quantize_state(random_state(model_config("stories260K"), torch.device("cpu"), torch.bfloat16), fmt)
+        state = model.state_dict()
+        for name, t in whole.items():
+            assert torch.equal(state[name], t), (fmt, name)

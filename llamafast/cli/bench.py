@@ -89,14 +89,14 @@ def bench(
         default = [Backend.triton] if fmt or runs is not None or ranks else list(Backend) if dev.type == "cuda" else [Backend.reference]
         if ranks and dev.type != "cuda":
             default = [Backend.reference]
-        lm = on_every_rank(ranks, lambda: _bench_model(run, source, dev, dtype, ranks))
+        lm = on_every_rank(ranks, lambda: _bench_model(run, source, dev, dtype, ranks, fmt))
         comms = [None]
         if ranks:
             made = make_comms(ranks, lm, tp_comm or [TPComm.symm, TPComm.nccl])
             comms = [c for c, _ in made]
             for _, note in made:
                 _note(note)
-        models = [lm, quantized(lm, fmt)] if fmt else [lm]
+        models = [lm, quantized(lm, fmt)] if fmt and lm.weights != fmt.weights else [lm]
         twins = None
         if runs is not None:
             pairs = [sparse_pair(m, group_size) for m in models]
@@ -177,14 +177,22 @@ def _source(run, model, tokenizer, random_weights, shape) -> str | OpenedModel:
     return open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
 
 
-def _bench_model(run, source: str | OpenedModel, dev, dtype, ranks=None):
-    """Random weights of a shape, or the opened checkpoint's weights (a rank's shard of them under --tp)."""
+def _bench_model(run, source: str | OpenedModel, dev, dtype, ranks=None, fp8: FP8Format | None = None):
+    """Random weights of a shape, or the opened checkpoint's weights (a rank's shard of them under --tp). With
+    --fp8, random float weights that do not fit the device give way to FP8 weights alone, made tensor by tensor."""
     from llamafast.load import load_model, random_model
+    from llamafast.load.weights import OutOfMemory
 
     shard = ranks and ranks.shard
     if isinstance(source, str):
-        return random_model(source, dev, pick(dtype, DType.bfloat16 if dev.type == "cuda" else DType.float32),
-                            shard=shard)
+        dt = pick(dtype, DType.bfloat16 if dev.type == "cuda" else DType.float32)
+        try:
+            return random_model(source, dev, dt, shard=shard)
+        except OutOfMemory as e:
+            if fp8 is None:
+                raise
+            _note(f"{e}; timing {fp8.weights} weights alone")
+            return random_model(source, dev, dt, fp8=fp8, shard=shard)
     with progress_bar() as update:
         return load_model(source, None, dev, pick(dtype, run.dtype), None, update, shard=shard)
 

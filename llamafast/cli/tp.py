@@ -30,8 +30,6 @@ TP_COMM_HELP = ("How tensor-parallel ranks combine partial sums in decode: symm 
 @contextlib.contextmanager
 def tensor_parallel(tp: int | None, device: str | None) -> Iterator:
     """Ranks (tp/dist.py) when this process is one of several torchrun started, else None."""
-    from llamafast.tp.shard import check_shardable  # noqa: F401 (no torch.distributed: cheap)
-
     if tp is not None and tp < 1:
         raise LlamafastError(f"--tp {tp}: the tensor-parallel size must be at least 1")
     if "WORLD_SIZE" not in os.environ:

@@ -180,13 +180,17 @@ def device_bytes(name: str, shape: tuple[int, ...], stored: torch.dtype, dtype: 
     return nbytes(shape, torch.int8 if one_byte else torch.float32 if keeps_fp32(name) else dtype)
 
 
+class OutOfMemory(LlamafastError):
+    """Weights that cannot fit, refused before any is allocated (bench then times FP8 alone, say)."""
+
+
 def check_memory(nbytes: int, device: torch.device) -> None:
     """Refuses weights that cannot fit before any is allocated, saying how much is needed and how much is free."""
     free = free_memory(device)
     if free is not None and nbytes > free:
         where = "GPU" if device.type == "cuda" else "host"
-        raise LlamafastError(f"out of memory: the weights need {nbytes / 1e9:.1f} GB of {where} memory on {device}, "
-                             f"and {free / 1e9:.1f} GB is available")
+        raise OutOfMemory(f"out of memory: the weights need {nbytes / 1e9:.1f} GB of {where} memory on {device}, "
+                          f"and {free / 1e9:.1f} GB is available")
 
 
 def free_memory(device: torch.device) -> int | None:

@@ -13,7 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from llamafast.cli import app
-from llamafast.config import ModelConfig
+from llamafast.config import MODEL_CONFIGS, FP8Format, ModelConfig
 from llamafast.load import bundled_model
 
 from ..conftest import STORIES, requires_stories
@@ -284,3 +284,19 @@ def test_eval_scores_variants_against_the_base(tmp_path):
     (tmp_path / "t.txt").write_text("Once upon a time, there was a little girl named Lily. She liked to play.")
     r = _run("eval", "--text", str(tmp_path / "t.txt"), "--variant", "fp8_e4m3", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["source"].startswith("text ")
+
+
+def test_bench_fp8_alone_when_float_weights_do_not_fit(monkeypatch):
+    """bench --random-weights --fp8: float weights that cannot fit give way to FP8 weights made tensor by tensor
+    (how Llama-2-70B FP8 runs on one 141 GB GPU), said in one line."""
+    weights = importlib.import_module("llamafast.load.weights")
+    floats = weights.random_state(MODEL_CONFIGS["stories260K"], torch.device("cpu"), torch.float32)
+    fp8 = sum(t.nbytes for t in weights.quantize_state(floats, FP8Format.e5m2).values())
+    room = fp8 + max(t.nbytes for t in floats.values()) + 1024  # FP8 and the one float tensor being drawn
+    assert sum(t.nbytes for t in floats.values()) > room
+    monkeypatch.setattr(weights, "free_memory", lambda device: room)
+    r = _run("bench", "--random-weights", "--shape", "stories260K", "--fp8", "--device", "cpu", "--backend", "reference",
+             "--new-tokens", "4", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert "timing fp8_e5m2 weights alone" in r.stderr
+    assert [row["weights"] for row in json.loads(r.stdout)["results"]] == ["fp8_e5m2"]

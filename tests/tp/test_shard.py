@@ -120,7 +120,6 @@ def test_fp8_at_load_quantizes_each_slice(checkpoints, fmt):
     """Tied stories260K: the head is its own FP8 copy of the rank's embedding rows; E4M3 scales of wo and w2
     are over the rank's columns, so each tensor is checked against the quantized slice of the float one."""
     ckpt = open_checkpoint(checkpoints["llama2c"])
-    full = load_state(ckpt, CPU, torch.float32)
     world = 2
     shards = [load_shard(ckpt, Shard(r, world), CPU, torch.float32, fp8=fmt) for r in range(world)]
     floats = [load_shard(ckpt, Shard(r, world), CPU, torch.float32) for r in range(world)]
