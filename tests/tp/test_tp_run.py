@@ -98,3 +98,14 @@ def test_bad_input_stops_every_rank(tmp_path, case):
     assert len(errors) == n and all(needle in line for line in errors), done.stderr[-3000:]
     assert "[rank" not in done.stderr, "no rank printed a traceback (torchrun's own report of the exit follows)"
     assert time.perf_counter() - t0 < 60
+
+
+def test_one_process_sets_up_no_distributed_run():
+    """TP=1 imports none of llamafast's tensor-parallel setup and starts no process group (torch itself imports
+    torch.distributed; nothing here initialises it)."""
+    code = ("import sys, torch.distributed as dist\nsys.argv = ['llamafast', 'generate', 'Once', '--max-new-tokens', '2']\n"
+            "from llamafast.cli import app\ntry:\n    app()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m in ('llamafast.tp.dist', 'llamafast.tp.comm')), dist.is_initialized())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[] False"
