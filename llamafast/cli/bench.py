@@ -53,7 +53,7 @@ def bench(
     (--prefill: time to first token per prompt length; --kernels: each kernel against its reference)."""
     from llamafast.bench.decode import run_bench, sparse_pair
     from llamafast.generate import PREFILL_CHUNK
-    from llamafast.load import quantized
+    from llamafast.load import quantized, resolve_backend
 
     with clean_errors(), tensor_parallel(tp, device) as ranks:
         run = preset(config)
@@ -89,6 +89,8 @@ def bench(
         default = [Backend.triton] if fmt or runs is not None or ranks else list(Backend) if dev.type == "cuda" else [Backend.reference]
         if ranks and dev.type != "cuda":
             default = [Backend.reference]
+        for b in backend or default:  # a backend the device cannot run is refused before any weights load
+            resolve_backend(b, dev)
         lm = on_every_rank(ranks, lambda: _bench_model(run, source, dev, dtype, ranks, fmt))
         comms = [None]
         if ranks:
