@@ -339,7 +339,6 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
              "context is 512"),
         Case("bench", "--prompt-len 0", lambda t: [*BENCH, "--prompt-len", "0"], "--prompt-len"),
         Case("bench", "--kernels on the CPU", lambda t: ["--kernels", "--device", "cpu"], "CUDA GPU"),
-        Case("bench", "--fp8 on the CPU (its default backend is triton)", lambda t: [*BENCH, "--fp8"], "needs a CUDA GPU"),
         Case("info", "a model path that does not exist", lambda t: ["--model", str(t / "nope")], "not found"),
         Case("info", "an unknown --shape", lambda t: ["--shape", "llama-9"], "unknown shape"),
     ],
