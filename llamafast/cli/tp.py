@@ -50,6 +50,7 @@ def tensor_parallel(tp: int | None, device: str | None) -> Iterator:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     try:
         yield ranks
+        dist.leave_together(ranks)
     finally:
         dist.finish(ranks)
 

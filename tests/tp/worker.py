@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from llamafast.backends import with_backend
 from llamafast.config import Backend, DType, SamplingConfig, TPComm
@@ -48,6 +49,8 @@ def main(out: Path, source: str, steps: int, comm: str, dtype: str = "float32") 
     sampler = Engine(sharded.model, SamplingConfig(temperature=0.9, top_p=0.95), len(prompt) + steps)
     record["sampled"] = list(stream_tokens(sampler, prompt, steps))
     torch.save(record, out / f"rank{ranks.shard.rank}.pt")
+    dist.barrier()  # leave together: a rank exiting with live gloo threads aborts ("terminate called without...")
+    dist.destroy_process_group()
 
 
 @torch.no_grad()
