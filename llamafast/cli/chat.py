@@ -18,18 +18,16 @@ import typer
 from rich.markup import escape
 
 from llamafast.cli.common import (
-    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, TokenizerOpt, clean_errors, device_or_default,
-    err, path_or, pick, preset, progress_bar,
+    GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
+    TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors, device_or_default, err, path_or, pick, preset,
+    progress_bar, sampling_config,
 )
-from llamafast.config import Backend, FP8Format, SamplingConfig
+from llamafast.config import FP8Format
 from llamafast.errors import LlamafastError
 
 ContextOpt = Annotated[Optional[int], typer.Option(
     help="KV cache positions for the conversation; when it is full the oldest turns are dropped [default: the model's "
          "context].")]
-
-# The preset keys chat reads (generate's); a bench preset's shape given to it is an error, not ignored.
-CHAT_KEYS = {"model", "tokenizer", "device", "dtype", "backend", "max_new_tokens", "sampling"}
 
 HELP = """\
 /reset          forget the conversation (the system message stays)
@@ -45,17 +43,17 @@ def chat(
     tokenizer: TokenizerOpt = None,
     system: Annotated[Optional[str], typer.Option(help="System message for the conversation.")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="Most tokens per reply [default: 256].")] = None,
-    temperature: Annotated[Optional[float], typer.Option(help="0 is greedy [default: 0.6].")] = None,
-    top_k: Annotated[Optional[int], typer.Option(help="Sample from the k most likely tokens; 0 disables [default: 0].")] = None,
-    top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling mass; 1 disables [default: 0.9].")] = None,
-    repetition_penalty: Annotated[Optional[float], typer.Option(help="CTRL penalty for seen tokens; 1 disables [default: 1].")] = None,
+    temperature: TemperatureOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    repetition_penalty: PenaltyOpt = None,
     seed: Annotated[Optional[int], typer.Option(help="Same seed and messages, same session (default: a random seed).")] = None,
     stop: Annotated[Optional[list[str]], typer.Option(help="End a reply before this string (repeatable).")] = None,
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
     fp8: FP8Opt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
-    backend: Annotated[Optional[Backend], typer.Option(help="Decode backend [default: triton on CUDA, reference on the CPU].")] = None,
+    backend: BackendOpt = None,
     context: ContextOpt = None,
     config: ConfigOpt = None,
 ):
@@ -68,13 +66,8 @@ def chat(
 
     with clean_errors():
         run = preset(config)
-        run.refuse_unused("chat", CHAT_KEYS)
-        s = run.sampling
-        sampling = SamplingConfig(
-            pick(temperature, s.temperature), pick(top_k, s.top_k), pick(top_p, s.top_p),
-            pick(repetition_penalty, s.repetition_penalty), pick(seed, s.seed),
-        )
-        sampling.validate()
+        run.refuse_unused("chat", GENERATE_KEYS)
+        sampling = sampling_config(run, temperature, top_k, top_p, repetition_penalty, seed)
         max_new = pick(max_new_tokens, run.max_new_tokens)
         dev = device_or_default(pick(device, run.device))
         opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
-from llamafast.config import DType, FP8Format, SparseMode, SparseRun
+from llamafast.config import Backend, DType, FP8Format, SamplingConfig, SparseMode, SparseRun
 from llamafast.errors import LlamafastError
 from llamafast.cli.presets import RunConfig, load_preset
 
@@ -30,6 +30,14 @@ DTypeOpt = Annotated[Optional[DType], typer.Option(help="Activation and weight d
 SparsityOpt = Annotated[Optional[float], typer.Option(help="A sparsified checkpoint's (llamafast sparsify) fraction of FFN neuron groups skipped per decode token, 0..0.95; 0 runs the FFN dense [default: the one it was made with]. Prompts stay dense.")]
 SparseModeOpt = Annotated[SparseMode, typer.Option(help="How a sparse FFN picks groups: router (trained; gate, up and down skipped) or gate (the gate runs dense; up and down skipped).")]
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A TOML run preset: a file, or the name of one that ships with llamafast (chat, greedy, bench-7b, ...); options given here override it.")]
+# The sampling and backend options of the commands that generate (generate, chat).
+TemperatureOpt = Annotated[Optional[float], typer.Option(help="0 is greedy [default: 0.6].")]
+TopKOpt = Annotated[Optional[int], typer.Option(help="Sample from the k most likely tokens; 0 disables [default: 0].")]
+TopPOpt = Annotated[Optional[float], typer.Option(help="Nucleus sampling mass; 1 disables [default: 0.9].")]
+PenaltyOpt = Annotated[Optional[float], typer.Option(help="CTRL penalty for seen tokens; 1 disables [default: 1].")]
+BackendOpt = Annotated[Optional[Backend], typer.Option(help="Decode backend [default: triton on CUDA, reference on the CPU].")]
+# The preset keys generate and chat read; a bench preset's shape or prompt_len given to them is an error, not ignored.
+GENERATE_KEYS = {"model", "tokenizer", "device", "dtype", "backend", "max_new_tokens", "sampling"}
 FP8Opt = Annotated[bool, typer.Option("--fp8", help="Quantize a float checkpoint's linear weights to FP8 as it loads.")]
 FP8FormatOpt = Annotated[FP8Format, typer.Option(help="FP8 format: e5m2 (no scales) or e4m3 (per-channel scales, compute capability 8.9+).")]
 
@@ -65,6 +73,17 @@ def preset(path: Path | None) -> RunConfig:
 
 def pick(value, default):
     return default if value is None else value
+
+
+def sampling_config(run: RunConfig, temperature, top_k, top_p, repetition_penalty, seed) -> SamplingConfig:
+    """The sampling options given on the command line, else the preset's; checked."""
+    s = run.sampling
+    sampling = SamplingConfig(
+        pick(temperature, s.temperature), pick(top_k, s.top_k), pick(top_p, s.top_p),
+        pick(repetition_penalty, s.repetition_penalty), pick(seed, s.seed),
+    )
+    sampling.validate()
+    return sampling
 
 
 @contextlib.contextmanager

@@ -12,12 +12,12 @@ from typing import Annotated, Optional
 import typer
 
 from llamafast.cli.common import (
-    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, SparseModeOpt, SparsityOpt,
-    TokenizerOpt, check_context, check_sparsity, clean_errors, device_or_default, err, path_or, pick, preset,
-    progress_bar, read_prompt,
+    GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
+    SparseModeOpt, SparsityOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, check_context, check_sparsity,
+    clean_errors, device_or_default, err, path_or, pick, preset, progress_bar, read_prompt, sampling_config,
 )
 from llamafast.cli.tp import TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, on_every_rank, shared_seed, tensor_parallel
-from llamafast.config import Backend, FP8Format, SamplingConfig, SparseMode, TPComm
+from llamafast.config import FP8Format, SparseMode, TPComm
 from llamafast.errors import LlamafastError
 
 
@@ -29,10 +29,10 @@ def generate(
     chat: Annotated[bool, typer.Option("--chat", help="Wrap the prompt in the Llama-2-chat template.")] = False,
     system: Annotated[Optional[str], typer.Option(help="System prompt for --chat.")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="Most tokens to generate [default: 256].")] = None,
-    temperature: Annotated[Optional[float], typer.Option(help="0 is greedy [default: 0.6].")] = None,
-    top_k: Annotated[Optional[int], typer.Option(help="Sample from the k most likely tokens; 0 disables [default: 0].")] = None,
-    top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling mass; 1 disables [default: 0.9].")] = None,
-    repetition_penalty: Annotated[Optional[float], typer.Option(help="CTRL penalty for seen tokens; 1 disables [default: 1].")] = None,
+    temperature: TemperatureOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    repetition_penalty: PenaltyOpt = None,
     seed: Annotated[Optional[int], typer.Option(help="Same seed, same text (default: a random seed, reported with --json).")] = None,
     stop: Annotated[Optional[list[str]], typer.Option(help="Stop before this string (repeatable).")] = None,
     echo: Annotated[bool, typer.Option("--echo", help="Print the prompt before the generated text.")] = False,
@@ -41,7 +41,7 @@ def generate(
     dtype: DTypeOpt = None,
     fp8: FP8Opt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
-    backend: Annotated[Optional[Backend], typer.Option(help="Decode backend [default: triton on CUDA, reference on the CPU].")] = None,
+    backend: BackendOpt = None,
     sparsity: SparsityOpt = None,
     sparse_mode: SparseModeOpt = SparseMode.router,
     tp: TPOpt = None,
@@ -58,12 +58,7 @@ def generate(
     with clean_errors(), tensor_parallel(tp, device) as ranks:
         run = preset(config)
         run.refuse_unused("generate", GENERATE_KEYS)
-        s = run.sampling
-        sampling = SamplingConfig(
-            pick(temperature, s.temperature), pick(top_k, s.top_k), pick(top_p, s.top_p),
-            pick(repetition_penalty, s.repetition_penalty), pick(seed, s.seed),
-        )
-        sampling.validate()
+        sampling = sampling_config(run, temperature, top_k, top_p, repetition_penalty, seed)
         max_new = pick(max_new_tokens, run.max_new_tokens)
         if max_new < 1:
             raise LlamafastError("--max-new-tokens must be at least 1")
@@ -111,10 +106,6 @@ def generate(
             f"decode {f'{tps:.1f} tok/s' if tps else 'n/a'}; {lm.backend.value}, {lm.weights} weights, on {dev}"
             f"{sparse_note}[/dim]"
         )
-
-
-# The preset keys generate reads; a bench preset's shape or prompt_len given to it is an error, not ignored.
-GENERATE_KEYS = {"model", "tokenizer", "device", "dtype", "backend", "max_new_tokens", "sampling"}
 
 
 def _sparse_record(model) -> dict:

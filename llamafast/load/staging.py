@@ -49,25 +49,27 @@ def stream(jobs: list[Job], device: torch.device, readers: int = READERS) -> Ite
     free = deque((torch.empty(size, dtype=torch.uint8, pin_memory=True), None) for _ in range(readers + 1))
     pending: deque = deque()
     todo = iter(jobs)
+    nxt = next(todo, None)
 
-    def submit(pool) -> None:
-        job = next(todo, None)
-        if job is None:
-            return
-        if job.nbytes > size:  # too big to stage: read and copy directly, in order
-            pending.append((job, None, None))
-            return
-        buf, done = free.popleft()
-        if done is not None:
-            done.synchronize()  # the GPU has finished copying out of this buffer
-        pending.append((job, buf, pool.submit(_fill, job, buf)))
+    def submit(pool) -> bool:
+        """Queues the next job if it can start now: it needs no buffer (too big to stage: read and copied
+        directly, in order), or one is free. False when there is none, or it must wait for a buffer."""
+        nonlocal nxt
+        if nxt is None or (nxt.nbytes <= size and not free):
+            return False
+        if nxt.nbytes > size:
+            pending.append((nxt, None, None))
+        else:
+            buf, done = free.popleft()
+            if done is not None:
+                done.synchronize()  # the GPU has finished copying out of this buffer
+            pending.append((nxt, buf, pool.submit(_fill, nxt, buf)))
+        nxt = next(todo, None)
+        return True
 
     with ThreadPoolExecutor(readers) as pool:
-        while free and len(pending) < readers + 1:
-            before = len(pending)
-            submit(pool)
-            if len(pending) == before:
-                break
+        while len(pending) <= readers and submit(pool):
+            pass
         while pending:
             job, buf, future = pending.popleft()
             if buf is None:
@@ -79,7 +81,8 @@ def stream(jobs: list[Job], device: torch.device, readers: int = READERS) -> Ite
                 done.record()
                 free.append((buf, done))
                 yield job, out
-            submit(pool)
+            while len(pending) <= readers and submit(pool):
+                pass
 
 
 def _fill(job: Job, buf: torch.Tensor) -> torch.Tensor:

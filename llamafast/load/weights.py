@@ -112,6 +112,13 @@ def as_stored(name: str, t: torch.Tensor, device: torch.device, dtype: torch.dty
     return t.to(device=device, dtype=stored)
 
 
+def check_loadable(ckpt: Checkpoint, fp8: FP8Format | None) -> None:
+    """The checkpoint validates, and --fp8 is not asked of weights that are FP8 already (load_state, load_shard)."""
+    validate(ckpt)
+    if fp8 is not None and weight_format(ckpt) != "native":
+        raise LlamafastError(f"{ckpt.path} already holds {weight_format(ckpt)} weights; drop --fp8")
+
+
 def load_state(
     ckpt: Checkpoint,
     device: torch.device,
@@ -124,9 +131,7 @@ def load_state(
 
     A CPU tensor already in `dtype` stays a view of the mapped file, so the model holds no second copy.
     """
-    validate(ckpt)
-    if fp8 is not None and weight_format(ckpt) != "native":
-        raise LlamafastError(f"{ckpt.path} already holds {weight_format(ckpt)} weights; drop --fp8")
+    check_loadable(ckpt, fp8)
     plan = tensor_plan(ckpt)
     if fp8 is not None and "output.weight" not in plan:  # tied: the LM head gets its own FP8 copy
         plan["output.weight"] = ["tok_embeddings.weight"]
@@ -157,11 +162,11 @@ def _device_tensors(ckpt: Checkpoint, plan: dict[str, list[str]], device: torch.
         shape = (sum(r.shape[0] for r in refs), *refs[0].shape[1:])
         if len({r.dtype for r in refs}) == 1:
             jobs.append(Job(name, [r.load for r in refs], shape, refs[0].dtype))
-    staged = {job.name: job for job in jobs}
+    staged = {job.name for job in jobs}
     tensors = stream(jobs, device)
     for name, srcs in plan.items():
         if name in staged:
-            job, t = next(tensors)
+            _, t = next(tensors)
             yield name, as_stored(name, t, device, dtype)
         else:
             yield name, read_tensor(ckpt, srcs, device, dtype)

@@ -20,8 +20,7 @@ from llamafast.formats import Checkpoint, expected_shapes
 from llamafast.formats.common import Progress, nbytes
 from llamafast.quant import FP8Format
 from llamafast.load.weights import (
-    _maybe_quantized, as_stored, check_memory, device_bytes, random_tensor, sparse_layout, tensor_plan, validate,
-    weight_format,
+    _maybe_quantized, as_stored, check_loadable, check_memory, device_bytes, random_tensor, sparse_layout, tensor_plan,
 )
 
 # A rank's slice of one tensor: (dim, [(start, length), ...]), the parts concatenated along dim; None: whole.
@@ -130,10 +129,8 @@ def load_shard(
     if sparse_layout(ckpt) is not None:
         raise LlamafastError(f"{ckpt.path}: tensor parallel does not run sparsified checkpoints; run it without "
                              "--tp, or shard the dense checkpoint it was made from")
-    validate(ckpt)
+    check_loadable(ckpt, fp8)
     check_shardable(ckpt.config, shard.world)
-    if fp8 is not None and weight_format(ckpt) != "native":
-        raise LlamafastError(f"{ckpt.path} already holds {weight_format(ckpt)} weights; drop --fp8")
     plan = _plan(ckpt, shard, fp8)
     read = {name: sum(nbytes(_local(ckpt.tensors[s].shape, rg), ckpt.tensors[s].dtype) for s, rg in sources)
             for name, sources in plan.items()}
