@@ -50,9 +50,9 @@ class ChatSession:
                  stop: list[str] = (), model: str = ""):
         """model: a label for the transcript (the checkpoint's path). The sampler is seeded once, here: the same
         seed and the same messages give the same session."""
-        if max_new_tokens < 1 or max_new_tokens >= engine.model.cache_len:
+        if max_new_tokens < 1 or max_new_tokens >= engine.max_seq_len:
             raise LlamafastError(f"max_new_tokens {max_new_tokens} must be at least 1 and leave room for a message "
-                                 f"in the context of {engine.model.cache_len} tokens")
+                                 f"in the context of {engine.max_seq_len} tokens")
         self.engine, self.tok, self.model = engine, tokenizer, model
         self.max_new_tokens, self.stop, self.system = max_new_tokens, list(stop), system
         seed = engine.sampling.seed
@@ -64,7 +64,7 @@ class ChatSession:
 
     @property
     def context_size(self) -> int:
-        return self.engine.model.cache_len
+        return self.engine.max_seq_len
 
     def reset(self) -> None:
         """Forgets the conversation (the system message stays). The cache keeps its tokens: the next turn's

@@ -17,6 +17,7 @@ import torch
 
 from llamafast.config import SamplingConfig
 from llamafast.model import Transformer
+from llamafast.prompt_graph import PromptGraphs, padding_room
 from llamafast.sampling import sample
 from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 
@@ -34,16 +35,17 @@ class Engine:
 
     def __init__(
         self, model: Transformer, sampling: SamplingConfig, max_seq_len: int, prefill_chunk: int = PREFILL_CHUNK,
-        n_vocab: int | None = None,
+        n_vocab: int | None = None, prompt_graphs: bool = True,
     ):
         """max_seq_len: positions the KV cache holds (prompt plus new tokens); at most the model's context.
         prefill_chunk: prompt tokens per forward pass; longer prompts run in chunks, each attending to the
         cache the chunks before it wrote, so activation memory is bounded by the chunk, not the prompt.
-        n_vocab: the tokenizer's pieces, when fewer than the model's vocabulary; ids past it are never sampled."""
-        if model.cache_len != max_seq_len:
-            model.setup_cache(max_seq_len)
+        n_vocab: the tokenizer's pieces, when fewer than the model's vocabulary; ids past it are never sampled.
+        prompt_graphs: replay prompt chunks from CUDA graphs where decode steps are (prompt_graph.py); bench
+        turns it off to time the eager prompt path beside it."""
         device = model.tok_embeddings.weight.device
         self.model, self.sampling, self.prefill_chunk = model, sampling, prefill_chunk
+        self.max_seq_len = max_seq_len  # positions a sequence may use; the cache may hold a padded chunk's more
         self.mode = model.backend.step  # "eager", "compile" or "graph": the model's backend says
         self.n_vocab = n_vocab if n_vocab is not None and n_vocab < model.config.vocab_size else None
         self.token = torch.zeros(1, dtype=torch.long, device=device)  # (1,) last sampled token
@@ -57,6 +59,12 @@ class Engine:
         self._graph: torch.cuda.CUDAGraph | None = None
         if self.mode == "graph" and device.type != "cuda":
             self.mode = "eager"  # the kernels under TRITON_INTERPRET=1 on the CPU: no graphs there
+        # Under tensor parallelism prompts all-reduce through NCCL outside the graphs (tp/comm.py): eager.
+        graphs = prompt_graphs and self.mode == "graph" and model.comm is None
+        cache_len = max_seq_len + (padding_room(min(prefill_chunk, max_seq_len)) if graphs else 0)
+        if model.cache_len != cache_len:
+            model.setup_cache(cache_len)
+        self.prompts = PromptGraphs(model, prefill_chunk) if graphs else None
         if self.mode == "compile":
             _inductor_settings()
             self._compiled = torch.compile(self._next_token, mode="reduce-overhead", fullgraph=True)
@@ -85,9 +93,13 @@ class Engine:
     def prompt_logits(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Writes the KV cache for the prompt (S,) at positions start.. in chunks of prefill_chunk; the last
         position's logits (1, V)."""
+        graphs = self.prompts if not self.model.sparse_prefill else None  # the reference sparse FFN syncs
         for i in range(0, tokens.shape[0], self.prefill_chunk):
-            pos = torch.full((), start + i, dtype=torch.long, device=tokens.device)
-            logits = self.model(tokens[i : i + self.prefill_chunk], pos)
+            piece = tokens[i : i + self.prefill_chunk]
+            if graphs is not None:
+                logits = graphs.logits(piece, start + i)
+            else:
+                logits = self.model(piece, torch.full((), start + i, dtype=torch.long, device=tokens.device))
         return logits
 
     @torch.no_grad()

@@ -149,8 +149,11 @@ class Transformer(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
-        """tokens (S,) int64 at positions pos..pos+S-1 -> fp32 logits (S, V), or (1, V) of the last token."""
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, all_logits: bool = False,
+                last: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens (S,) int64 at positions pos..pos+S-1 -> fp32 logits (S, V), or (1, V) of the last token.
+        last: a (1,) device index of the row to take logits from instead of the last (a padded prompt's last real
+        token; prompt_graph.py), so the choice needs no host work."""
         ops = self.backend.decode if tokens.shape[0] == 1 else self.backend.prefill
         x = self.tok_embeddings.weight[tokens]  # (S, C)
         eps = self.config.norm_eps
@@ -159,7 +162,7 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, pos, self.rope_cos, self.rope_sin, ops, eps, sparse, group, self.comm, i)
         if not all_logits and tokens.shape[0] > 1:
-            x = x[-1:]
+            x = x[-1:] if last is None else x.index_select(0, last)
         head = self.backend.decode if not all_logits or tokens.shape[0] == 1 else ops  # one row: the decode GEMV
         out = self.output
         if self.comm is not None:

@@ -3,9 +3,9 @@ same weights in one process. Returns data; the CLI prints it.
 
 Time to first token is measured as a user sees it: prompt ids on the host to the first sampled id back on
 the host (upload, chunked prefill, final norm and LM head, sampling, download); median of `reps` runs after
-warm-up runs at that length (Triton compilation, cuBLAS heuristics) of at least WARMUP_S: with one warm-up
-run, the first length timed on a fresh machine read 18.9 ms at 512 tokens (median of 5, min 13.9) where
-a warm GPU gives 14.4 (the clocks had not ramped up). TFLOP/s counts the matmul and causal
+warm-up runs at that length (Triton compilation, prompt graph capture), at least 3 and at least WARMUP_S: with
+one warm-up run, the first length timed on a fresh machine read 18.9 ms at 512 tokens (median of 5, min 13.9)
+where a warm GPU gives 14.4 (the clocks had not ramped up). TFLOP/s counts the matmul and causal
 attention FLOPs a prefill must do (LM head for the last position only).
 """
 
@@ -33,6 +33,7 @@ class PrefillResult:
     ttft_ms_min: float
     prefill_tokens_per_s: float
     tflop_s: float
+    prompt_graphs: bool = False  # chunks replayed from CUDA graphs (prompt_graph.py), else queued op by op
     speedup: float | None = None  # reference ttft / this ttft at the same length, when the reference ran
 
 
@@ -76,24 +77,29 @@ def time_prefill(engine: Engine, ids: list[int], reps: int) -> list[float]:
 def run_prefill_bench(
     lm: LoadedModel, backends: list[Backend], lengths: list[int], reps: int = 10, chunk: int = PREFILL_CHUNK
 ) -> PrefillReport:
-    """Each backend at each prompt length; speedups are against the reference backend when it ran."""
+    """Each backend at each prompt length; speedups are against the reference backend when it ran. The triton
+    backend on a GPU runs twice, prompts replayed from CUDA graphs and queued eagerly, the baseline in the same
+    process."""
     device = lm.model.tok_embeddings.weight.device
     config = lm.model.config
     gen = torch.Generator().manual_seed(0)
     report = PrefillReport(lm.source, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), chunk, reps,
                            environment(device))
-    for backend in backends:
+    runs = [(b, g) for b in backends for g in ((True, False) if b == Backend.triton and device.type == "cuda" else (False,))]
+    for backend, graphs in runs:
         model = with_backend(lm.model, backend)
-        engine = Engine(model, SamplingConfig(temperature=0), max(lengths) + 1, prefill_chunk=chunk)
+        engine = Engine(model, SamplingConfig(temperature=0), max(lengths) + 1, prefill_chunk=chunk,
+                        prompt_graphs=graphs)
         for n in lengths:
             ids = random_prompt(n, config.vocab_size, gen)
-            warm_until = now(device) + WARMUP_S
-            while now(device) < warm_until:
+            warm_until, warm_runs = now(device) + WARMUP_S, 0
+            while warm_runs < 3 or now(device) < warm_until:  # a prompt graph is captured on its bucket's 2nd run
                 time_prefill(engine, ids, 1)
+                warm_runs += 1
             times = sorted(time_prefill(engine, ids, reps))
             median = times[len(times) // 2]
             report.results.append(PrefillResult(backend.value, n, median * 1e3, times[0] * 1e3, n / median,
-                                                prefill_flops(config, n) / median / 1e12))
+                                                prefill_flops(config, n) / median / 1e12, engine.prompts is not None))
         del engine, model
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -157,9 +157,9 @@ def _bench_prefill(lm, backends, lengths: list[int], reps: int, chunk: int, json
     console = stdout_console()
     console.print(f"{report.model} {report.dtype} prefill on {env['device']}; torch {env['torch']}, triton "
                   f"{env['triton']}; chunk {report.chunk} tokens; median of {report.reps} runs")
-    table = Table("backend", "prompt", "ttft ms", "min ms", "prefill tok/s", "TFLOP/s", "vs reference")
+    table = Table("backend", "prompt graphs", "prompt", "ttft ms", "min ms", "prefill tok/s", "TFLOP/s", "vs reference")
     for r in report.results:
-        table.add_row(r.backend, str(r.prompt_tokens), f"{r.ttft_ms:.2f}", f"{r.ttft_ms_min:.2f}",
+        table.add_row(r.backend, "yes" if r.prompt_graphs else "no", str(r.prompt_tokens), f"{r.ttft_ms:.2f}", f"{r.ttft_ms_min:.2f}",
                       f"{r.prefill_tokens_per_s:.0f}", f"{r.tflop_s:.3g}", "-" if r.speedup is None else f"{r.speedup:.2f}x")
     console.print(table)
 
