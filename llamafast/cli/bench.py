@@ -38,8 +38,9 @@ def bench(
     out: Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file.")] = None,
     kernels: Annotated[bool, typer.Option("--kernels", help="Time each decode kernel against its reference at --shape instead (with --prefill: each prompt kernel at --prompt-lens).")] = False,
     prefill: Annotated[bool, typer.Option("--prefill", help="Time to first token and prefill tokens/s at --prompt-lens instead.")] = False,
+    timeline: Annotated[bool, typer.Option("--timeline", help="Profile the triton decode step instead: each kernel where it runs, with the idle gap before it, per op and per layer.")] = False,
     prompt_lens: Annotated[str, typer.Option(help="With --prefill: comma-separated prompt lengths [default: 128,512,2048,4000; 512,4000 with --kernels].")] = None,
-    reps: Annotated[int, typer.Option(help="With --prefill: timed runs per length (the median is reported).")] = 10,
+    reps: Annotated[int, typer.Option(help="With --prefill: timed runs per length (the median is reported); with --timeline: decode steps profiled.")] = 10,
     chunk: Annotated[Optional[int], typer.Option(help="With --prefill: prompt tokens per forward pass [default: 2048, generate.PREFILL_CHUNK].")] = None,
     context: Annotated[int, typer.Option(help="With --kernels: tokens of context for attention.")] = 4096,
     sparsity: Annotated[Optional[str], typer.Option(help="Also time the sparse FFN at these comma-separated sparsities (0,0.3,0.5,0.7) beside the dense triton run: a sparsified checkpoint's routers, or with --random-weights exact-sparsity routers.")] = None,
@@ -63,8 +64,11 @@ def bench(
         fmt = fp8_format if fp8 else None
         for b in backend or []:
             check_tp_backend(ranks, b)
-        if ranks and (kernels or sparsity is not None):
-            raise LlamafastError(f"--tp does not run {'--kernels' if kernels else '--sparsity'}")
+        if ranks and (kernels or timeline or sparsity is not None):
+            raise LlamafastError(f"--tp does not run {'--kernels' if kernels else '--timeline' if timeline else '--sparsity'}")
+        if timeline and (kernels or prefill or sparsity is not None or dev.type != "cuda"):
+            raise LlamafastError("--timeline profiles the triton decode step on a CUDA GPU, alone (not with --kernels, "
+                                 "--prefill or --sparsity)")
         if tp_comm and not ranks:
             raise LlamafastError("--tp-comm applies only to a tensor-parallel run (torchrun ... --tp N)")
         if kernels:
@@ -99,6 +103,10 @@ def bench(
             for _, note in made:
                 _note(note)
         models = [lm, quantized(lm, fmt)] if fmt and lm.weights != fmt.weights else [lm]
+        if timeline:
+            from llamafast.cli.bench_timeline import timeline_command
+
+            return timeline_command(models, fmt, n_prompt, reps, json_out, out)
         twins = None
         if runs is not None:
             pairs = [sparse_pair(m, group_size) for m in models]

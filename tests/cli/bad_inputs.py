@@ -339,6 +339,7 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
              "context is 512"),
         Case("bench", "--prompt-len 0", lambda t: [*BENCH, "--prompt-len", "0"], "--prompt-len"),
         Case("bench", "--kernels on the CPU", lambda t: ["--kernels", "--device", "cpu"], "CUDA GPU"),
+        Case("bench", "--timeline on the CPU", lambda t: [*BENCH, "--timeline"], "CUDA GPU"),
         Case("info", "a model path that does not exist", lambda t: ["--model", str(t / "nope")], "not found"),
         Case("info", "an unknown --shape", lambda t: ["--shape", "llama-9"], "unknown shape"),
     ],
