@@ -37,3 +37,21 @@ def test_ignores_positions_past_length(tiny_config):
     k_cache[:, 21:] = float("nan")  # garbage beyond the current length must not leak in
     v_cache[:, 21:] = float("nan")
     torch.testing.assert_close(SPEC.kernel(q, k_cache, v_cache, pos), out, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("config", SHAPES)
+@pytest.mark.parametrize("where", ["first", "2splits+block+5", "full"])
+def test_fused_merge_matches_reference(config, where):
+    """The merge done by each KV head's last split program (fused_merge=True), twice in a row through the same
+    tickets, which every call leaves at zero."""
+    from llamafast.kernels.decode_attention import tickets
+
+    cfg = attention_config(config.n_kv_heads, config.n_heads // config.n_kv_heads)
+    length = {"first": 1, "2splits+block+5": 2 * cfg.split_len(SMAX) + cfg.block_s + 5, "full": SMAX}[where]
+    (q, k_cache, v_cache, _), _ = SPEC.make_inputs(config, torch.float32, DEVICE, SMAX)
+    pos = torch.tensor(min(length, SMAX) - 1, device=DEVICE)
+    want = SPEC.reference(q, k_cache, v_cache, pos)
+    for _ in range(2):
+        torch.testing.assert_close(SPEC.kernel(q, k_cache, v_cache, pos, fused_merge=True), want,
+                                   **tolerance(torch.float32))
+        assert not tickets(q.device, config.n_kv_heads).any()
