@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import functools
+import os
+
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from llamafast.config import WeightFormat
 
@@ -28,20 +32,25 @@ def dot_rows(
     NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr,  # fuse RMSNorm; also W2[rows] @ x; K % BLOCK_K == 0
     W_FP8: tl.constexpr,  # 0: float weights; 1: E5M2 bit patterns in int8; 2: E4M3 in int8 with fp32 row scales
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x is x + PARTS fp32 partials (tp_sync.py)
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (use_pdl): see _pdl_first_tile
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # reduced once, after the loop
     acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
     offs = rows[:, None].to(tl.int64) * stride_wn
-    for k0 in range(0, K, BLOCK_K):
+    start = 0
+    if PDL:
+        k = tl.arange(0, BLOCK_K)
+        w, w2 = _pdl_first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR)
+        x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
+        acc += w * x[None, :]
+        if PAIR:
+            acc2 += w2 * x[None, :]
+        start = BLOCK_K
+    for k0 in range(start, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
-        x = _load_vector(x_ptr, k, K, EVEN_K)
-        if PARTS > 0:
-            x = _add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K, PARTS)
-        if NORM:
-            ss += x * x
-            x = x * _load_vector(g_ptr, k, K, EVEN_K)
+        x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
         acc += _load_tile(w_ptr + offs, k, K, row_mask, EVEN_K, W_FP8) * x[None, :]
         if PAIR:
             acc2 += _load_tile(w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8) * x[None, :]
@@ -51,6 +60,34 @@ def dot_rows(
         if PAIR:
             out2 = out2 * tl.load(s2_ptr + rows, mask=row_mask, other=0.0)
     return out, out2, tl.sum(ss, axis=0)
+
+
+@triton.jit
+def _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM: tl.constexpr, EVEN_K: tl.constexpr, PARTS: tl.constexpr):
+    """The K-slice k of the input (plus the ranks' partials), RMSNorm-weighted when NORM; ss gains its squares."""
+    x = _load_vector(x_ptr, k, K, EVEN_K)
+    if PARTS > 0:
+        x = _add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K, PARTS)
+    if NORM:
+        ss += x * x
+        x = x * _load_vector(g_ptr, k, K, EVEN_K)
+    return x, ss
+
+
+@triton.jit
+def _pdl_first_tile(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+                    PAIR: tl.constexpr):
+    """Under programmatic dependent launch this kernel starts while the previous one still runs. It lets the next
+    kernel start too, reads its first weight tile (weights are never written while decoding), and only then waits
+    for the previous kernel, before reading any activation or writing anything. The experiment that measured PDL
+    slower (scripts/experiments/pdl_ab.txt: 199.1 against 202.7 tok/s, bf16) waited first and loaded after."""
+    gdc_launch_dependents()
+    w = _load_tile(row_ptrs, k, K, row_mask, EVEN_K, W_FP8)
+    w2 = w
+    if PAIR:
+        w2 = _load_tile(row_ptrs2, k, K, row_mask, EVEN_K, W_FP8)
+    gdc_wait()
+    return w, w2
 
 
 @triton.jit
@@ -106,9 +143,26 @@ def gemv_config(table: dict[tuple[int, int, int], GemvConfig], w: torch.Tensor) 
 
 
 def launch_args(cfg: GemvConfig, w: torch.Tensor, scale: torch.Tensor | None, fmt: WeightFormat,
-                block_n: int | None = None) -> dict:
-    """The meta-parameters and launch options every GEMV kernel takes, for weight w (and its E4M3 scale)."""
-    return {
+                block_n: int | None = None, pdl: bool = False) -> dict:
+    """The meta-parameters and launch options every GEMV kernel takes, for weight w (and its E4M3 scale); pdl: the
+    kernel takes PDL and may be launched with it (the dense decode kernels, when use_pdl)."""
+    args = {
         "BLOCK_N": block_n or cfg.block_n, "BLOCK_K": cfg.block_k, "EVEN_K": w.shape[1] % cfg.block_k == 0,
         "W_FP8": w_fp8(fmt, w, scale), "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
     }
+    if pdl:
+        on = use_pdl(w.device)
+        args.update(PDL=on, launch_pdl=on)
+    return args
+
+
+# Programmatic dependent launch between the dense decode GEMVs, their first weight tile read before the wait
+# (_pdl_first_tile). Not yet timed on a GPU, and its path is not run by the interpreter (no inline PTX there):
+# off until an A/B picks it (LLAMAFAST_PDL=1 turns it on for one process: scripts/bench_shapes.sh).
+ENABLE_PDL = os.environ.get("LLAMAFAST_PDL", "0") == "1"
+
+
+@functools.lru_cache
+def use_pdl(device: torch.device) -> bool:
+    """PDL needs compute capability 9.0 (griddepcontrol) and a real GPU."""
+    return ENABLE_PDL and not INTERPRET and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9

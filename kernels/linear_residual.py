@@ -38,11 +38,13 @@ def _linear_residual_kernel(
     x_ptr, w_ptr, s_ptr, res_ptr, out_ptr,  # x (K,), W (N, K), E4M3 scales (N,), residual (N,), out (N,)
     N, K, stride_wn,  # sizes; W's row stride
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
     acc, _, _ = dot_rows(
-        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, x_ptr, rows, mask, K, stride_wn, BLOCK_N, BLOCK_K, False, False, EVEN_K, W_FP8
+        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, x_ptr, rows, mask, K, stride_wn, BLOCK_N, BLOCK_K, False, False, EVEN_K, W_FP8,
+        PDL=PDL,
     )
     res = tl.load(res_ptr + rows, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + rows, (res + acc).to(out_ptr.dtype.element_ty), mask=mask)
@@ -59,6 +61,7 @@ def linear_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, w_
     cfg = gemv_config(configs or CONFIGS, w)
     grid = (cdiv(n, cfg.block_n),)
     _linear_residual_kernel[grid](
-        x, w, w if w_scale is None else w_scale, residual, out, n, k, w.stride(0), **launch_args(cfg, w, w_scale, fmt)
+        x, w, w if w_scale is None else w_scale, residual, out, n, k, w.stride(0),
+        **launch_args(cfg, w, w_scale, fmt, pdl=True),
     )
     return out

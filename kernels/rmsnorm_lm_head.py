@@ -36,7 +36,7 @@ def _rmsnorm_lm_head_kernel(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     table_ptr=None, flags_table=None, counter_ptr=None, offset=0, flag_offset=0, WORLD: tl.constexpr = 0,  # push
-    SYS_TICKET: tl.constexpr = True,
+    SYS_TICKET: tl.constexpr = True, PDL: tl.constexpr = False,  # launched with PDL (gemv.use_pdl)
 ):
     if PARTS > 0:
         wait_arrivals(f_ptr, PARTS)
@@ -44,7 +44,7 @@ def _rmsnorm_lm_head_kernel(
     mask = rows < V
     acc, _, ss = dot_rows(
         w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS,
+        p_ptr, xo_ptr, PARTS, PDL,
     )
     logits = acc * tl.rsqrt(ss / C + eps)
     if WORLD > 0:  # a vocabulary shard: into every rank's logits row
@@ -75,7 +75,8 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps:
     out = torch.empty((1, v), device=x.device, dtype=torch.float32)
     cfg = gemv_config(configs or CONFIGS, w)
     _rmsnorm_lm_head_kernel[(cdiv(v, cfg.block_n),)](
-        x, norm_w, w, w if w_scale is None else w_scale, out, v, c, w.stride(0), eps, **launch_args(cfg, w, w_scale, fmt),
+        x, norm_w, w, w if w_scale is None else w_scale, out, v, c, w.stride(0), eps,
+        **launch_args(cfg, w, w_scale, fmt, pdl=not parts),
         **parts,
     )
     return None if push is not None else out

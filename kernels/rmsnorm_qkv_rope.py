@@ -42,6 +42,7 @@ def _rmsnorm_qkv_rope_kernel(
     N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps,  # N = QD + 2*KVD rows; cache strides (head, seq)
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
 ):
     if PARTS > 0:
         wait_arrivals(f_ptr, PARTS)
@@ -49,7 +50,7 @@ def _rmsnorm_qkv_rope_kernel(
     mask = rows < N
     acc, _, ss = dot_rows(
         w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS,
+        p_ptr, xo_ptr, PARTS, PDL,
     )
     acc = acc * tl.rsqrt(ss / C + eps)
     # RoPE on (even, odd) row pairs of q and k; v rows pass through.
@@ -90,6 +91,6 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
         x, norm_w, wqkv, wqkv if wqkv_scale is None else wqkv_scale, cos, sin, pos, q, k_cache, v_cache,
         n, c, qd, kvh * d, wqkv.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
-        HEAD_DIM=d, **launch_args(cfg, wqkv, wqkv_scale, fmt, block_n), **parts,
+        HEAD_DIM=d, **launch_args(cfg, wqkv, wqkv_scale, fmt, block_n, pdl=not parts), **parts,
     )
     return q

@@ -37,6 +37,7 @@ def _rmsnorm_swiglu_kernel(
     F, C, stride_wn, eps,  # sizes; W1/W3 row stride
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
 ):
     if PARTS > 0:
         wait_arrivals(f_ptr, PARTS)
@@ -44,7 +45,7 @@ def _rmsnorm_swiglu_kernel(
     mask = rows < F
     gate, up, ss = dot_rows(
         w1_ptr, w3_ptr, s1_ptr, s3_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, True, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS,
+        p_ptr, xo_ptr, PARTS, PDL,
     )
     rstd = tl.rsqrt(ss / C + eps)
     a, b = gate * rstd, up * rstd
@@ -68,6 +69,6 @@ def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None, fmt=Wei
     cfg = gemv_config(configs or CONFIGS, w1)
     _rmsnorm_swiglu_kernel[(cdiv(f, cfg.block_n),)](
         x, norm_w, w1, w3, w1 if w1_scale is None else w1_scale, w3 if w3_scale is None else w3_scale, out,
-        f, c, w1.stride(0), eps, **launch_args(cfg, w1, w1_scale, fmt), **parts
+        f, c, w1.stride(0), eps, **launch_args(cfg, w1, w1_scale, fmt, pdl=not parts), **parts
     )
     return out
