@@ -48,11 +48,16 @@ FUSED_MERGE = os.environ.get("LLAMAFAST_FUSED_MERGE", "0") == "1"
 
 
 def attention_config(kvh: int, group: int, configs: dict[tuple[int, int], AttentionConfig] | None = None) -> AttentionConfig:
-    """The tuned launch (configs, default CONFIGS), else more splits for fewer KV heads, to give every SM work
-    (70B: 8 KV heads -> 32 splits)."""
+    """The tuned launch (configs, default CONFIGS), else default_config."""
     configs = configs or CONFIGS
     if (kvh, group) in configs:
         return configs[(kvh, group)]
+    return default_config(kvh)
+
+
+def default_config(kvh: int) -> AttentionConfig:
+    """The launch for a shape no table holds: more splits for fewer KV heads, to give every SM work (70B: 8 KV
+    heads -> 32 splits)."""
     return AttentionConfig(max(DEFAULT.n_splits, 256 // kvh), DEFAULT.block_s, DEFAULT.num_warps)
 
 

@@ -10,7 +10,7 @@
 #   pdl       the decode GEMVs under programmatic dependent launch, first weight tile read before the wait
 #             (LLAMAFAST_PDL): its GPU tests, then the A/B alternated twice and its timeline
 #   prefill   time to first token at 512 and 4,000 tokens, prompts from CUDA graphs beside eager (targets 12 / 95 ms)
-#   tune      launch tables tuned on first use (scripts/tune_on_first_use.py)
+#   tune      launch tables tuned on first use, from an empty Triton cache (scripts/tune_first_use.py; target 60 s)
 #   70b       Llama-2-70B FP8 E5M2 on one GPU (nvidia-h200; target 55 tok/s)
 set -euo pipefail
 out=${1:-scripts/results/shapes}
@@ -23,8 +23,8 @@ run() {  # name, command...: the command's stdout into name.txt (its --out JSON 
   "$@" | tee "$out/$name.txt"
 }
 if [[ $stages == *tests* ]]; then
-  run gpu_tests python -m pytest -q -m gpu -p no:cacheprovider tests/test_prompt_graph.py tests/test_timeline.py \
-    tests/test_tuning.py tests/kernels/test_decode_attention.py tests/test_weights.py tests/test_triton_backend.py || true
+  run gpu_tests python -m pytest -q -m gpu -p no:cacheprovider tests/engine tests/kernels/test_decode_attention.py \
+    tests/test_weights.py tests/test_triton_backend.py || true
 fi
 if [[ $stages == *timeline* ]]; then
   run timeline_7b $b --shape llama-2-7b --timeline --fp8 --reps 20 --out "$out/timeline_7b.json"
@@ -60,7 +60,8 @@ if [[ $stages == *prefill* ]]; then
     --out "$out/prefill_7b.json"
 fi
 if [[ $stages == *tune* ]]; then
-  run tune env PYTHONPATH=. python scripts/tune_on_first_use.py --out "$out/tune.json"
+  TRITON_CACHE_DIR=$(mktemp -d) run tune env PYTHONPATH=. python scripts/tune_first_use.py --shape llama-2-7b \
+    --out "$out/tune.json"
 fi
 if [[ $stages == *70b* ]]; then
   run bench_70b_fp8 $b --shape llama-2-70b --fp8 --new-tokens 128 --out "$out/bench_70b_fp8.json"

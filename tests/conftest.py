@@ -10,6 +10,9 @@ import torch
 
 if not torch.cuda.is_available():  # kernels run through Triton's interpreter; must be set before triton loads
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# No tuning on first use (llamafast/tuning/) in the tests but test_tuning.py's, which turns it on: a GPU run
+# neither writes into the user's tuning cache nor times tiny shapes for minutes; LLAMAFAST_TUNE=1 overrides.
+os.environ.setdefault("LLAMAFAST_TUNE", "0")
 
 import pytest  # noqa: E402
 

@@ -77,8 +77,11 @@ def time_in_graph(fn: Callable, input_sets: list[tuple[tuple, dict]], replays: i
     return times[len(times) // 2]
 
 
-def input_sets(make: Callable[[], tuple[tuple, dict]], nbytes: int) -> list[tuple[tuple, dict]]:
-    return [make() for _ in range(max(1, math.ceil(L2_FLUSH_BYTES / nbytes)))]
+def input_sets(make: Callable[[], tuple[tuple, dict]], nbytes: int,
+               most: int | None = None) -> list[tuple[tuple, dict]]:
+    """Enough input sets of nbytes each to cover L2_FLUSH_BYTES, or `most` of them."""
+    n = max(1, math.ceil(L2_FLUSH_BYTES / nbytes))
+    return [make() for _ in range(min(n, most or n))]
 
 
 def random_prompt(n: int, vocab_size: int, gen: torch.Generator) -> list[int]:

@@ -11,7 +11,7 @@ from rich.table import Table
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context,
     clean_errors, device_or_default, emit_json, err, parse_floats, path_or, pick, preset, progress_bar, require_routers,
-    stdout_console,
+    stdout_console, tune_decode,
 )
 from llamafast.cli.tp import TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, make_comms, on_every_rank, tensor_parallel
 from llamafast.config import MODEL_CONFIGS, Backend, DType, FP8Format, SparseMode, SparseRun, TPComm, model_config
@@ -103,6 +103,9 @@ def bench(
             for _, note in made:
                 _note(note)
         models = [lm, quantized(lm, fmt)] if fmt and lm.weights != fmt.weights else [lm]
+        if timeline or Backend.triton in (backend or default):
+            for m in models:
+                tune_decode(m.model)
         if timeline:
             from llamafast.cli.bench_timeline import timeline_command
 

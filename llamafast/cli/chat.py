@@ -8,9 +8,7 @@ and (in a terminal) a summary of each reply go to stderr.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -20,10 +18,11 @@ from rich.markup import escape
 from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
     TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors, device_or_default, err, path_or, pick, preset,
-    progress_bar, sampling_config,
+    progress_bar, sampling_config, tune_decode,
 )
 from llamafast.config import FP8Format
 from llamafast.errors import LlamafastError
+from llamafast.formats.files import write_atomically
 
 ContextOpt = Annotated[Optional[int], typer.Option(
     help="KV cache positions for the conversation; when it is full the oldest turns are dropped [default: the model's "
@@ -75,6 +74,7 @@ def chat(
         with progress_bar() as update:
             lm = load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
                             fp8_format if fp8 else None)
+        tune_decode(lm.model)
         engine = Engine(lm.model, sampling, size, n_vocab=opened.tokenizer.vocab_size)
         session = ChatSession(engine, opened.tokenizer, system, max_new, stop or [], model=lm.source)
         interactive = sys.stdin.isatty()
@@ -200,31 +200,6 @@ class Repl:
 
     def _help(self, _arg: str) -> None:
         print(HELP, flush=True)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Writes a temporary file beside path and renames it into place: an interrupted save leaves the old file or
-    none, never half a transcript. The file follows the umask, as one written with open() would."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise LlamafastError(f"cannot save to {path}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise LlamafastError(f"cannot save to {path}: {e.strerror}") from None
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _enable_line_editing() -> None:

@@ -15,6 +15,7 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
 from llamafast.config import Backend, DType, FP8Format, SamplingConfig, SparseMode, SparseRun
@@ -115,6 +116,29 @@ def device_or_default(name: str | None):
     if name is None and device.type == "cpu":
         err.print("llamafast: no CUDA GPU found; running the reference path on the CPU")
     return device
+
+
+def tune_decode(model, timer=None) -> None:
+    """Before a triton model's decode graph is captured: tunes the decode kernels' launches for shapes no table
+    holds (llamafast.tuning), once per GPU, and says so on stderr, a line before and one after (also with --json,
+    whose output is stdout); silent when every shape is known. LLAMAFAST_TUNE=0 turns it off."""
+    if model.backend.name != Backend.triton:  # the other backends launch no tuned kernels (and import no triton)
+        return
+    from llamafast import tuning
+
+    plan = tuning.prepare(model, timer)
+    if plan is None:
+        return
+    if plan.warning:
+        err.print(f"warning: {escape(plan.warning)}")
+    if not plan.missing:
+        return
+    err.print(f"[dim]tuning decode kernels for a new shape on {escape(plan.gpu)} (once; saved to "
+              f"{escape(str(plan.path))})[/dim]")
+    done = tuning.tune(plan)
+    if done.warning:
+        err.print(f"warning: {escape(done.warning)}; the launches hold for this run only")
+    err.print(f"[dim]tuned {len(done.launches)} kernel launches in {done.seconds:.1f} s[/dim]")
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:

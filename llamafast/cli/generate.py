@@ -15,6 +15,7 @@ from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
     SparseModeOpt, SparsityOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, check_context, check_sparsity,
     clean_errors, device_or_default, err, path_or, pick, preset, progress_bar, read_prompt, sampling_config,
+    tune_decode,
 )
 from llamafast.cli.tp import TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, on_every_rank, shared_seed, tensor_parallel
 from llamafast.config import FP8Format, SparseMode, TPComm
@@ -85,6 +86,7 @@ def generate(
             err.print(f"[dim]{note}[/dim]")
         sampling = dataclasses.replace(sampling, seed=shared_seed(ranks, sampling.seed))
         lm.model.set_sparsity(sparse)
+        tune_decode(lm.model)
         engine = Engine(lm.model, sampling, len(ids) + max_new, n_vocab=tok.vocab_size)
         if echo and not json_out:
             _write(text)

@@ -12,7 +12,7 @@ from llamafast.generate import Engine, generate
 from llamafast.load import load_model
 from llamafast.prompt_graph import PromptGraphs, bucket
 
-from .conftest import TOLERANCES, requires_cuda, requires_stories
+from ..conftest import TOLERANCES, requires_cuda, requires_stories
 
 GREEDY = SamplingConfig(temperature=0)
 

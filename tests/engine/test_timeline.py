@@ -10,7 +10,7 @@ from llamafast.bench.timeline import Kernel, run_timeline, short_name, summarize
 from llamafast.config import Backend, DType
 from llamafast.load import load_model
 
-from .conftest import requires_cuda
+from ..conftest import requires_cuda
 
 LAYER = ["_rmsnorm_qkv_rope_kernel", "_decode_attention_split_kernel", "_decode_attention_merge_kernel",
          "_linear_residual_kernel", "_rmsnorm_swiglu_kernel", "_linear_residual_kernel"]

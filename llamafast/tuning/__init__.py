@@ -1,0 +1,148 @@
+"""Launch tables for every shape that runs. On first use of a shape that no table holds, the decode kernels'
+launches are swept on this GPU (the quick list of tuning/sweep.py), and the winners join the kernels' CONFIGS
+tables (under the committed entries, which stay authoritative for the Llama 2 shapes) and a file beside Triton's
+cache (tuning/cache.py), so the next run of the shape on this GPU tunes nothing. Returns data; the CLI says what
+ran (cli/common.py tune_decode).
+
+    plan = prepare(model)  # loads the cached launches; what is left to tune, or None where tuning does not apply
+    done = tune(plan)      # sweeps what is left, merges and saves the winners
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from llamafast.bench.common import environment
+from llamafast.config import Backend, FP8Format, ModelConfig, WeightFormat
+from llamafast.model import Transformer
+from llamafast.tuning import cache
+from llamafast.tuning.cache import Entries, Entry
+from llamafast.tuning.sweep import TABLES, Timer, graph_timer, sweep, table_name
+
+ATTENTION_CONTEXT = 4096  # positions attention is tuned at (fewer if the model's context is shorter)
+# Input sets per timing: they flush L2 (256 MiB of them) for weights of 4 MiB and up, and keep a tiny model's
+# sweep short (stories260K's kernels would take thousands of sets each).
+MOST_SETS = 64
+
+
+@dataclass(frozen=True)
+class Job:
+    kernel: str  # registry name (llamafast/bench/registry.py)
+    key: tuple[int, ...]  # its table's key: (N, K, bytes per weight) or (KVH, GROUP)
+    fp8: FP8Format | None  # the weights' format, for the sweep's inputs (E5M2 and E4M3 share 1-byte keys)
+
+    @property
+    def table(self) -> str:
+        return table_name(self.kernel)
+
+
+@dataclass
+class Plan:
+    path: Path  # the cache file
+    gpu: str  # the device's name
+    missing: list[Job]  # keys no table holds yet
+    warning: str | None  # why the cache file was ignored, where it was
+    config: ModelConfig
+    dtype: torch.dtype  # activations
+    device: torch.device
+    timer: Timer
+    ignore_committed: bool
+
+
+@dataclass
+class Tuned:
+    launches: Entries  # the winners, by (table, key)
+    seconds: float  # the whole sweep: inputs, compilation, timing
+    path: Path
+    warning: str | None  # why they could not be saved, where they could not
+
+
+def enabled() -> bool:
+    """LLAMAFAST_TUNE=0 (or false, no, off) turns tuning off: no sweep and no cached launches, only the
+    committed tables and the kernels' defaults. A variable rather than a command-line option: like
+    LLAMAFAST_TUNE_DIR and TRITON_CACHE_DIR it is about this machine's cache, it reaches library callers and
+    torchrun's ranks alike, and generate, chat and bench keep their options."""
+    return os.environ.get("LLAMAFAST_TUNE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def model_jobs(model: Transformer) -> list[Job]:
+    """The table keys model's decode step looks up: each GEMV weight's (N, K, bytes per element) as stored (FP8:
+    int8, 1 byte; a tensor-parallel shard's own shape), and attention's (KVH, GROUP)."""
+    c, layer = model.config, model.layers[0]
+    attention, ffn = layer.attention, layer.feed_forward
+    linears = [("rmsnorm_qkv_rope", attention.wqkv), ("linear_residual[wo]", attention.wo), ("rmsnorm_swiglu", ffn.w1)]
+    if hasattr(ffn, "w2"):  # a sparsified FFN's down projection (w2t) runs on cuBLAS
+        linears.append(("linear_residual[w2]", ffn.w2))
+    linears.append(("rmsnorm_lm_head", model.output))
+    jobs = [Job(name, (*lin.weight.shape, lin.weight.element_size()), _fp8(lin.fmt)) for name, lin in linears]
+    jobs.append(Job("decode_attention", (c.n_kv_heads // model.world, c.n_heads // c.n_kv_heads), None))
+    return list({(j.table, j.key): j for j in jobs}.values())  # wo and w2 of one shape are one key
+
+
+def prepare(model: Transformer, timer: Timer | None = None, folder: Path | None = None,
+            ignore_committed: bool = False) -> Plan | None:
+    """Loads this GPU's cached launches into the kernels' tables and returns what is left to tune for model. None
+    where tuning does not apply: LLAMAFAST_TUNE=0, a backend other than triton, tensor parallel, or a model off
+    CUDA with no timer given (tests time the interpreter's kernels with their own). folder: instead of
+    cache.tune_dir(). ignore_committed: every key is tuned unless the from-scratch file holds it, and nothing
+    joins the tables (scripts/tune_first_use.py compares the result with the committed tables)."""
+    device = model.tok_embeddings.weight.device
+    if not enabled() or model.backend.name != Backend.triton or (timer is None and device.type != "cuda"):
+        return None
+    if model.world > 1:  # kept simple and safe: every rank would sweep the same shard shapes on its own GPU at
+        return None  # once and might pick other winners; the committed tables hold Llama 2's TP=2 shards
+    gpu = environment(device)["device"]
+    path = cache.cache_file(gpu, folder, scratch=ignore_committed)
+    cached, warning = cache.read(path)
+    if not ignore_committed:
+        cache.merge(cached)
+    known = set(cached) if ignore_committed else {(name, key) for name, table in TABLES.items() for key in table}
+    missing = [job for job in model_jobs(model) if (job.table, job.key) not in known]
+    dtype = model.tok_embeddings.weight.dtype
+    return Plan(path, gpu, missing, warning, model.config, dtype, device, timer or graph_timer, ignore_committed)
+
+
+def tune(plan: Plan) -> Tuned:
+    """Sweeps each missing key's quick list (inputs from the kernel registry at the model's shape), keeps the
+    fastest launch, merges the winners into the kernels' tables and saves them."""
+    t0 = time.perf_counter()
+    won: Entries = {}
+    on_gpu = torch.cuda.device(plan.device) if plan.device.type == "cuda" else contextlib.nullcontext()
+    with on_gpu:
+        for job in plan.missing:
+            context = min(ATTENTION_CONTEXT, plan.config.max_seq_len) if job.kernel == "decode_attention" else 1
+            s = sweep(job.kernel, plan.config, plan.dtype, plan.device, job.fp8, context, quick=True, timer=plan.timer,
+                      most_sets=MOST_SETS)
+            assert s.key == job.key, f"{job.kernel}: the registry's inputs give key {s.key}, the model {job.key}"
+            if s.best is not None:  # else every launch failed: the kernel keeps its default
+                won[(job.table, job.key)] = Entry(s.best, s.times[s.best])
+    if not plan.ignore_committed:
+        cache.merge(won)
+    header = {"device": plan.gpu, "triton": environment(plan.device)["triton"], "kernels": cache.kernel_hash()}
+    warning = cache.save(plan.path, won, header)
+    return Tuned(won, time.perf_counter() - t0, plan.path, warning)
+
+
+@contextlib.contextmanager
+def launches(entries: Entries):
+    """The kernels' tables with entries in them, over committed ones too, until the block ends; then the tables
+    as they were (scripts/tune_first_use.py decodes with tuned launches beside the committed ones; tests)."""
+    saved = {name: dict(table) for name, table in TABLES.items()}
+    for (name, key), entry in entries.items():
+        TABLES[name][key] = entry.launch
+    try:
+        yield
+    finally:
+        for name, table in TABLES.items():
+            table.clear()
+            table.update(saved[name])
+
+
+def _fp8(fmt: WeightFormat) -> FP8Format | None:
+    return None if fmt == WeightFormat.float else FP8Format(fmt.value.removeprefix("fp8_"))

@@ -1,0 +1,122 @@
+"""The on-disk cache of tuned launches: one JSON file per GPU model, Triton version and decode-kernel source, in
+$LLAMAFAST_TUNE_DIR or beside Triton's own cache (~/.triton/llamafast/ next to ~/.triton/cache/). Its entries
+join the kernels' CONFIGS tables under the committed ones, which stay authoritative."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from llamafast.errors import LlamafastError
+from llamafast.formats.files import write_atomically
+from llamafast.kernels import gemv
+from llamafast.kernels.decode_attention import AttentionConfig
+from llamafast.kernels.gemv import GemvConfig
+from llamafast.tuning.sweep import TABLES, Launch
+
+VERSION = 1  # of the file's layout; a file of another version is ignored (and rewritten)
+
+
+@dataclass(frozen=True)
+class Entry:
+    launch: Launch
+    us: float  # its time in the sweep that picked it
+
+
+Entries = dict[tuple[str, tuple[int, ...]], Entry]  # (table name, key) -> entry
+
+
+def tune_dir() -> Path:
+    """$LLAMAFAST_TUNE_DIR, else a sibling of Triton's cache directory named llamafast."""
+    if os.environ.get("LLAMAFAST_TUNE_DIR"):
+        return Path(os.environ["LLAMAFAST_TUNE_DIR"]).expanduser()
+    try:
+        from triton import knobs  # recent tritons: the directory Triton itself uses
+
+        triton_cache = Path(knobs.cache.dir)
+    except (ImportError, AttributeError):  # older ones: their documented default
+        triton_cache = Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+    return triton_cache.parent / "llamafast"
+
+
+def cache_file(gpu: str, folder: Path | None = None, scratch: bool = False) -> Path:
+    """The file for this GPU model, Triton version and kernel source; scratch: the file of a from-scratch tuning
+    (committed tables ignored), kept apart so that it never feeds ordinary runs."""
+    import triton
+
+    name = f"{re.sub(r'[^A-Za-z0-9.]+', '-', gpu).strip('-')}-triton-{triton.__version__}-{kernel_hash()}"
+    return (folder or tune_dir()) / f"{name}{'-scratch' if scratch else ''}.json"
+
+
+def kernel_hash() -> str:
+    """8 hex digits of the SHA-256 of the kernel files beside gemv.py (the decode kernels and what they share): a
+    kernel edited, or its committed table, starts a new file instead of trusting launches timed on old code."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(gemv.__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:8]
+
+
+def read(path: Path) -> tuple[Entries, str | None]:
+    """The file's entries, and why it was ignored where it was (a missing file is no warning)."""
+    try:
+        return _entries(json.loads(path.read_text())), None
+    except FileNotFoundError:
+        return {}, None
+    except OSError as e:
+        reason = e.strerror
+    except (ValueError, TypeError, KeyError) as e:  # not JSON, not UTF-8, not our layout
+        reason = " ".join(str(e).split()) or type(e).__name__
+    return {}, f"ignoring the tuning cache {path} ({reason}); it is rewritten when a shape is next tuned"
+
+
+def merge(entries: Entries) -> None:
+    """Into the kernels' tables, never over an entry they hold (the committed ones above all)."""
+    for (table, key), entry in entries.items():
+        TABLES[table].setdefault(key, entry.launch)
+
+
+def save(path: Path, new: Entries, header: dict) -> str | None:
+    """Adds new to the file, written whole to a temporary file renamed into place (two processes tuning at once
+    each leave a whole file); the file is read again first, so entries another process saved meanwhile stay.
+    Returns why it could not be saved, or None."""
+    entries = {**read(path)[0], **new}
+    rows = [{"table": table, "key": list(key), "launch": asdict(e.launch), "us": e.us}
+            for (table, key), e in sorted(entries.items())]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, json.dumps({"version": VERSION, **header, "launches": rows}, indent=1) + "\n")
+    except OSError as e:
+        return f"cannot save to {path}: {e.strerror}"
+    except LlamafastError as e:
+        return str(e)
+    return None
+
+
+def _entries(data: dict) -> Entries:
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        raise ValueError(f"not a version {VERSION} llamafast tuning file")
+    out = {}
+    for row in data["launches"]:
+        table, key = row["table"], tuple(row["key"])
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table!r}")
+        launch = (AttentionConfig if table == "decode_attention" else GemvConfig)(**row["launch"])
+        _check(table, key, launch)
+        out[(table, key)] = Entry(launch, float(row["us"]))
+    return out
+
+
+def _check(table: str, key: tuple, launch: Launch) -> None:
+    """What a launch needs to compile: positive integers, blocks and warps powers of two; keys of the right
+    length."""
+    values = (*key, *asdict(launch).values())
+    if len(key) != (2 if table == "decode_attention" else 3) or not all(type(v) is int and v > 0 for v in values):
+        raise ValueError(f"bad entry {table} {list(key)}: {asdict(launch)}")
+    for name, v in asdict(launch).items():
+        if (name.startswith("block_") or name == "num_warps") and v & (v - 1):
+            raise ValueError(f"bad entry {table} {list(key)}: {name} {v} is not a power of two")

@@ -1,0 +1,123 @@
+"""The launch sweep of the decode kernels: candidate launches, each timed on the kernel registry's inputs at a
+model shape. scripts/tune_kernels.py runs the full grid (the committed CONFIGS tables came out of it); tuning on
+first use (tuning/__init__.py) runs the quick list, small enough for a few seconds per kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from llamafast.bench.common import input_sets, time_in_graph
+from llamafast.bench.registry import REGISTRY, Inputs
+from llamafast.config import ModelConfig
+from llamafast.kernels.decode_attention import CONFIGS as ATTENTION
+from llamafast.kernels.decode_attention import AttentionConfig, default_config
+from llamafast.kernels.gemv import GemvConfig, gemv_config
+from llamafast.kernels.linear_residual import CONFIGS as LINEAR_RESIDUAL
+from llamafast.kernels.rmsnorm_lm_head import CONFIGS as LM_HEAD
+from llamafast.kernels.rmsnorm_qkv_rope import CONFIGS as QKV
+from llamafast.kernels.rmsnorm_swiglu import CONFIGS as SWIGLU
+from llamafast.quant import FP8Format
+
+Launch = GemvConfig | AttentionConfig
+
+# The kernels' own launch tables, by name: the registry's "linear_residual[wo]" and "[w2]" share one.
+TABLES: dict[str, dict[tuple[int, ...], Launch]] = {
+    "rmsnorm_qkv_rope": QKV, "linear_residual": LINEAR_RESIDUAL, "rmsnorm_swiglu": SWIGLU, "rmsnorm_lm_head": LM_HEAD,
+    "decode_attention": ATTENTION,
+}
+GEMV_KERNELS = ["rmsnorm_qkv_rope", "linear_residual[wo]", "rmsnorm_swiglu", "linear_residual[w2]", "rmsnorm_lm_head"]
+
+# Every launch that won a full sweep at some Llama 2 shape: the committed tables' values (scripts/results/
+# tune_7b*.txt, tp/tune_tp2_*.json), read before any cached entry joins the tables. They are the quick list: 15
+# launches of the grid's 43 to 50 (9 of 29 to 37 for rmsnorm_swiglu's pair), which hold each of those 25 sweeps'
+# best by construction; a cut of the grid by rule instead (block_n <= 8, block_k >= 512, <= 4 warps) missed the
+# best in 5 of them, by up to 2.8%.
+_WINNERS = frozenset(launch for name, table in TABLES.items() if name != "decode_attention"
+                     for launch in table.values())
+
+# (the kernel with its launch bound as configs={key: launch}, input sets) -> microseconds per call
+Timer = Callable[[Callable, list[Inputs]], float]
+graph_timer: Timer = functools.partial(time_in_graph, replays=10)  # median of 10 replays of one CUDA graph
+
+
+def table_name(kernel: str) -> str:
+    """The table a registry kernel reads its launch from: linear_residual[wo] -> linear_residual."""
+    return kernel.partition("[")[0]
+
+
+def gemv_candidates(pair: bool, fp8: bool, quick: bool = False) -> list[GemvConfig]:
+    """The full grid: up to 64 fp32 accumulators per thread (beyond, registers spill) and at least 8 weights per
+    thread per tile; pair: two weight tiles per step (rmsnorm_swiglu). quick: only those of its launches that won
+    a full sweep at some Llama 2 shape."""
+    out = []
+    block_ks = [256, 512, 1024, 2048] if fp8 else [128, 256, 512, 1024]
+    for bn, bk, w in itertools.product([2, 4, 8, 16, 32], block_ks, [1, 2, 4, 8]):
+        per_thread = bn * bk * (2 if pair else 1) / (32 * w)
+        launch = GemvConfig(bn, bk, w)
+        if 8 <= per_thread <= 64 and bk * bn >= 8 * 32 * w and (not quick or launch in _WINNERS):
+            out.append(launch)
+    return out
+
+
+def attention_candidates(quick: bool = False) -> list[AttentionConfig]:
+    """The full grid, or quick: the split counts, each with the two (block_s, warps) that were fastest at 7B's
+    best split count at both 512 and 4,096 positions (scripts/results/tune_7b.txt: 8.0 and 8.2 us, 28.6 and
+    28.8 us); the split count mattered most (8.0 against 11.1 us at 512 positions)."""
+    if quick:
+        return [AttentionConfig(s, bs, w) for s in (4, 8, 16, 32) for bs, w in ((32, 2), (64, 4))]
+    return [AttentionConfig(*p) for p in itertools.product([4, 8, 16, 32], [32, 64, 128], [2, 4, 8])]
+
+
+@dataclass
+class Sweep:
+    kernel: str  # registry name
+    key: tuple[int, ...]  # its table's key: (N, K, bytes per weight) or (KVH, GROUP)
+    nbytes: int  # the fewest bytes one call moves (registry.bytes_moved)
+    times: dict[Launch, float]  # microseconds per call, by launch
+    failed: dict[Launch, str]  # launches that did not run (the compiler rejected them, ...): the error's type
+
+    @property
+    def best(self) -> Launch | None:
+        return min(self.times, key=self.times.get) if self.times else None
+
+
+def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.device, fp8: FP8Format | None = None,
+          context: int = 1, quick: bool = False, timer: Timer = graph_timer, most_sets: int | None = None) -> Sweep:
+    """Times REGISTRY[kernel] at config's shape (context: attention's positions) with each candidate launch and
+    the default for the shape. On a GPU the calls cycle through enough input sets to flush L2 between them (at
+    most most_sets); elsewhere (Triton's interpreter) there is one set."""
+    spec = REGISTRY[kernel]
+    nbytes = spec.bytes_moved(config, dtype, context, fp8)
+    make = functools.partial(spec.make_inputs, config, dtype, device, context, fp8)
+    sets = input_sets(make, nbytes, most_sets) if device.type == "cuda" else [make()]
+    key, default = _key_and_default(kernel, sets[0][0])
+    if kernel == "decode_attention":
+        candidates = attention_candidates(quick)
+    else:
+        candidates = gemv_candidates(kernel == "rmsnorm_swiglu", fp8 is not None, quick)
+    times, failed = {}, {}
+    for launch in dict.fromkeys([*candidates, default]):
+        try:
+            times[launch] = timer(functools.partial(spec.kernel, configs={key: launch}), sets)
+        except Exception as e:  # noqa: BLE001 (a launch the compiler rejects: registers, shared memory, ...)
+            failed[launch] = type(e).__name__
+    del sets
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return Sweep(kernel, key, nbytes, times, failed)
+
+
+def _key_and_default(kernel: str, args: tuple) -> tuple[tuple[int, ...], Launch]:
+    """The table key of a call with these arguments, and the launch the kernel takes when no table holds it."""
+    if kernel == "decode_attention":
+        q, k_cache = args[0], args[1]  # (1, H, D), (KVH, L, D)
+        kvh = k_cache.shape[0]
+        return (kvh, q.shape[1] // kvh), default_config(kvh)
+    w = args[1] if table_name(kernel) == "linear_residual" else args[2]
+    return (*w.shape, w.element_size()), gemv_config({}, w)

@@ -1,0 +1,222 @@
+"""Tuning on first use (llamafast/tuning/): the sweep picks the fastest launch, the winners are cached on disk and
+reused without a word, committed entries win, a corrupt cache is a warning and a retune, and the tuned launches
+compute what the reference does. A fake timer (a function of the launch) stands in for CUDA-graph timing on the
+CPU, so the expected winner is known; the kernels themselves run in Triton's interpreter."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from llamafast import tuning
+from llamafast.backends import build, with_backend
+from llamafast.cli.common import tune_decode
+from llamafast.config import Backend, FP8Format, WeightFormat
+from llamafast.kernels.decode_attention import default_config
+from llamafast.kernels.gemv import GemvConfig, gemv_config
+from llamafast.load.weights import quantize_state, random_state
+from llamafast.tp.shard import Shard, random_shard
+from llamafast.tuning import cache
+from llamafast.tuning.sweep import TABLES, attention_candidates, gemv_candidates, sweep
+
+from ..conftest import requires_cuda
+from ..kernels.common import DEVICE, ODD, tolerance
+
+
+def cost(launch) -> float:
+    """The fake timer's microseconds: larger tiles, more warps and fewer splits are faster (large tiles are also
+    quick in the interpreter); then smaller blocks, so that no two launches tie."""
+    if isinstance(launch, GemvConfig):
+        return 1e4 / (launch.block_n * launch.block_k) - launch.num_warps * 1e-3 + launch.block_n * 1e-6
+    return launch.n_splits + launch.block_s * 1e-3
+
+
+class FakeTimer:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, call, sets) -> float:
+        self.calls += 1
+        (launch,) = call.keywords["configs"].values()
+        return cost(launch)
+
+
+@pytest.fixture(autouse=True)
+def _tables_and_dir(tmp_path, monkeypatch):
+    """Each test starts from the committed tables, as a new process would, and caches into its own folder."""
+    monkeypatch.setenv("LLAMAFAST_TUNE_DIR", str(tmp_path / "tune"))
+    monkeypatch.delenv("LLAMAFAST_TUNE", raising=False)
+    with tuning.launches({}):
+        yield
+
+
+def odd_model(fp8: FP8Format | None = None):
+    """ODD's shapes (no table holds them), one layer, fp32, on the triton backend."""
+    state = random_state(ODD, DEVICE, torch.float32)
+    if fp8 is not None:
+        state = quantize_state(state, fp8)
+    return build(ODD, state, Backend.triton, fp8.format if fp8 else WeightFormat.float)
+
+
+def test_sweep_picks_the_fastest_and_survives_rejected_launches():
+    def timer(call, sets):
+        (launch,) = call.keywords["configs"].values()
+        if launch.num_warps == 8:
+            raise RuntimeError("out of registers")  # as the compiler rejects a launch
+        return cost(launch)
+
+    s = sweep("linear_residual[w2]", ODD, torch.float32, DEVICE, quick=True, timer=timer)
+    w = torch.empty(ODD.dim, ODD.hidden_dim)
+    tried = [*gemv_candidates(pair=False, fp8=False, quick=True), gemv_config({}, w)]
+    assert s.key == (ODD.dim, ODD.hidden_dim, 4)
+    assert set(s.times) | set(s.failed) == set(tried)
+    assert set(s.failed) == {x for x in tried if x.num_warps == 8} and s.failed
+    assert s.best == min((x for x in tried if x.num_warps != 8), key=cost)
+
+
+def test_first_use_tunes_every_new_key_saves_them_and_the_next_run_reuses_them():
+    timer = FakeTimer()
+    plan = tuning.prepare(odd_model(), timer)
+    assert plan.warning is None and plan.path.parent == cache.tune_dir()
+    assert {(j.table, j.key) for j in plan.missing} == {
+        ("rmsnorm_qkv_rope", (ODD.qkv_dim, ODD.dim, 4)), ("linear_residual", (ODD.dim, ODD.dim, 4)),
+        ("rmsnorm_swiglu", (ODD.hidden_dim, ODD.dim, 4)), ("linear_residual", (ODD.dim, ODD.hidden_dim, 4)),
+        ("rmsnorm_lm_head", (ODD.vocab_size, ODD.dim, 4)), ("decode_attention", (3, 2)),
+    }
+    done = tuning.tune(plan)
+    assert done.warning is None and len(done.launches) == 6
+    best_gemv = min(gemv_candidates(pair=False, fp8=False, quick=True), key=cost)
+    assert done.launches[("linear_residual", (ODD.dim, ODD.dim, 4))].launch == best_gemv
+    assert done.launches[("decode_attention", (3, 2))].launch == min(attention_candidates(quick=True), key=cost)
+    saved = json.loads(plan.path.read_text())
+    assert saved["version"] == cache.VERSION and len(saved["launches"]) == 6
+    with tuning.launches({}):  # a new process: the committed tables, then the file
+        calls = timer.calls
+        again = tuning.prepare(odd_model(), timer)
+        assert again.missing == [] and again.warning is None and timer.calls == calls
+        for (table, key), entry in done.launches.items():
+            assert TABLES[table][key] == entry.launch
+
+
+def test_committed_entries_are_never_overridden_and_known_keys_not_tuned():
+    committed = next(iter(TABLES["linear_residual"].items()))
+    other = GemvConfig(32, 128, 8)
+    assert committed[1] != other
+    cache.merge({("linear_residual", committed[0]): cache.Entry(other, 1.0)})
+    assert TABLES["linear_residual"][committed[0]] == committed[1]
+    known = ("linear_residual", (ODD.dim, ODD.dim, 4))
+    with tuning.launches({known: cache.Entry(other, 1.0)}):  # a table entry for one of ODD's keys
+        plan = tuning.prepare(odd_model(), FakeTimer())
+        assert known not in {(j.table, j.key) for j in plan.missing} and len(plan.missing) == 5
+
+
+@pytest.mark.parametrize("content", [
+    "not json {", '{"version": 1, "launches": [{"table": "nope"}]}', '["a list"]',
+    '{"version": 1, "launches": [{"table": "rmsnorm_swiglu", "key": [200, 96, 4], '
+    '"launch": {"block_n": 3, "block_k": 64, "num_warps": 2, "num_stages": 1}, "us": 1.0}]}',
+], ids=["not-json", "unknown-table", "not-a-dict", "block-not-pow2"])
+def test_a_corrupt_cache_is_a_warning_and_a_retune(content, capsys):
+    model = odd_model()
+    path = tuning.prepare(model, FakeTimer()).path
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    tune_decode(model, FakeTimer())
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("warning: ignoring the tuning cache") and str(path) in " ".join(lines)
+    assert sum("tuning decode kernels" in line for line in lines) == 1
+    assert len(json.loads(path.read_text())["launches"]) == 6  # rewritten whole
+
+
+def test_the_cli_says_so_once(capsys):
+    model = odd_model()
+    tune_decode(model, FakeTimer())
+    first = capsys.readouterr().err
+    assert "tuning decode kernels for a new shape on" in first and "(once; saved to" in first
+    assert "tuned 6 kernel launches in" in first
+    with tuning.launches({}):
+        tune_decode(model, FakeTimer())
+    assert capsys.readouterr().err == ""
+
+
+def test_tuned_launches_compute_what_the_reference_does():
+    model = odd_model()
+    done = tuning.tune(tuning.prepare(model, FakeTimer()))
+    w2 = model.layers[0].feed_forward.w2.weight
+    assert gemv_config(TABLES["linear_residual"], w2) == done.launches[("linear_residual", (*w2.shape, 4))].launch
+    assert done.launches[("decode_attention", (3, 2))].launch != default_config(3)  # not what would run untuned
+    ref = with_backend(model, Backend.reference)
+    tokens = [1, 999, 17]
+    logits = []
+    for m in (model, ref):
+        m.setup_cache(len(tokens))
+        with torch.no_grad():
+            logits.append(torch.cat([m(torch.tensor([t], device=DEVICE), torch.tensor(i, device=DEVICE))
+                                     for i, t in enumerate(tokens)]))
+    torch.testing.assert_close(logits[0], logits[1], **tolerance(torch.float32))
+
+
+def test_the_folder_is_beside_tritons_cache_unless_set(tmp_path, monkeypatch):
+    assert cache.tune_dir() == tmp_path / "tune"
+    monkeypatch.delenv("LLAMAFAST_TUNE_DIR")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton" / "cache"))
+    assert cache.tune_dir() == tmp_path / "triton" / "llamafast"
+
+
+def test_opt_out_and_where_tuning_does_not_apply(monkeypatch, capsys):
+    model = odd_model()
+    if DEVICE.type == "cpu":
+        assert tuning.prepare(model) is None  # no timer given: CUDA-graph timing, on CUDA only
+    assert tuning.prepare(with_backend(model, Backend.reference), FakeTimer()) is None
+    monkeypatch.setenv("LLAMAFAST_TUNE", "0")
+    assert tuning.prepare(model, FakeTimer()) is None
+    tune_decode(model, FakeTimer())
+    assert capsys.readouterr().err == "" and not cache.tune_dir().exists()
+
+
+def test_from_scratch_tuning_keeps_apart_from_the_tables():
+    plan = tuning.prepare(odd_model(), FakeTimer(), ignore_committed=True)
+    assert plan.path.name.endswith("-scratch.json") and len(plan.missing) == 6
+    before = {name: dict(table) for name, table in TABLES.items()}
+    done = tuning.tune(plan)
+    assert {name: dict(table) for name, table in TABLES.items()} == before
+    with tuning.launches(done.launches):
+        assert TABLES["decode_attention"][(3, 2)] == done.launches[("decode_attention", (3, 2))].launch
+    assert (3, 2) not in TABLES["decode_attention"]
+
+
+def test_keys_follow_the_weights_as_stored():
+    """FP8 weights are int8 (1 byte); a tensor-parallel shard has its own rows and KV heads."""
+    fp8 = {(j.kernel, j.key, j.fp8) for j in tuning.model_jobs(odd_model(FP8Format.e5m2))}
+    assert ("rmsnorm_lm_head", (ODD.vocab_size, ODD.dim, 1), FP8Format.e5m2) in fp8
+    config = dataclasses.replace(ODD, n_kv_heads=2)
+    shard = Shard(0, 2)
+    model = build(config, random_shard(config, shard, DEVICE, torch.float32), Backend.triton, shard=shard)
+    jobs = {(j.kernel, j.key) for j in tuning.model_jobs(model)}
+    assert ("rmsnorm_qkv_rope", (config.qkv_dim // 2, config.dim, 4)) in jobs
+    assert ("linear_residual[wo]", (config.dim, config.dim // 2, 4)) in jobs
+    assert ("decode_attention", (1, 3)) in jobs
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_tunes_a_new_shape_on_the_gpu_once():
+    """Real CUDA-graph timing of a small random model's kernels; the second run loads the file and tunes nothing;
+    greedy tokens match the reference path's."""
+    from llamafast.config import DType, SamplingConfig
+    from llamafast.generate import Engine, stream_tokens
+    from llamafast.load import random_model
+
+    model = random_model("stories260K", torch.device("cuda"), DType.float32, Backend.triton).model
+    plan = tuning.prepare(model)
+    assert len(plan.missing) == 6
+    done = tuning.tune(plan)
+    assert done.warning is None and len(done.launches) == 6 and all(e.us > 0 for e in done.launches.values())
+    with tuning.launches({}):
+        assert tuning.prepare(model).missing == []
+        greedy = SamplingConfig(temperature=0)
+        tokens = [list(stream_tokens(Engine(m, greedy, 40), [1, 50, 60], 32))
+                  for m in (model, with_backend(model, Backend.reference))]
+    assert tokens[0] == tokens[1]
