@@ -102,6 +102,7 @@ class ChatSession:
         self.replies.append(done)
         self.context_tokens = len(ids) + len(out.token_ids)
         self.total_generated += len(out.token_ids)
+        self.engine.warm_prompts()  # once per bucket, while the user reads the reply: later turns replay graphs
         return done
 
     def stats(self) -> dict:

@@ -37,15 +37,13 @@ class Engine:
         self, model: Transformer, sampling: SamplingConfig, max_seq_len: int, prefill_chunk: int = PREFILL_CHUNK,
         n_vocab: int | None = None, prompt_graphs: bool = True,
     ):
-        """max_seq_len: positions the KV cache holds (prompt plus new tokens); at most the model's context.
-        prefill_chunk: prompt tokens per forward pass; longer prompts run in chunks, each attending to the
-        cache the chunks before it wrote, so activation memory is bounded by the chunk, not the prompt.
-        n_vocab: the tokenizer's pieces, when fewer than the model's vocabulary; ids past it are never sampled.
-        prompt_graphs: replay prompt chunks from CUDA graphs where decode steps are (prompt_graph.py); bench
-        turns it off to time the eager prompt path beside it."""
+        """max_seq_len: positions a sequence may use (prompt plus new tokens), at most the model's context; the
+        cache may hold a padded prompt chunk's more. prefill_chunk: prompt tokens per forward pass; longer prompts
+        run in chunks, each attending to the cache the chunks before it wrote, so activation memory is bounded by
+        the chunk. n_vocab: the tokenizer's pieces, when fewer than the model's vocabulary (ids past it are never
+        sampled). prompt_graphs: replay prompt chunks from CUDA graphs where decode steps are (prompt_graph.py)."""
         device = model.tok_embeddings.weight.device
-        self.model, self.sampling, self.prefill_chunk = model, sampling, prefill_chunk
-        self.max_seq_len = max_seq_len  # positions a sequence may use; the cache may hold a padded chunk's more
+        self.model, self.sampling, self.prefill_chunk, self.max_seq_len = model, sampling, prefill_chunk, max_seq_len
         self.mode = model.backend.step  # "eager", "compile" or "graph": the model's backend says
         self.n_vocab = n_vocab if n_vocab is not None and n_vocab < model.config.vocab_size else None
         self.token = torch.zeros(1, dtype=torch.long, device=device)  # (1,) last sampled token
@@ -59,11 +57,9 @@ class Engine:
         self._graph: torch.cuda.CUDAGraph | None = None
         if self.mode == "graph" and device.type != "cuda":
             self.mode = "eager"  # the kernels under TRITON_INTERPRET=1 on the CPU: no graphs there
-        # Under tensor parallelism prompts all-reduce through NCCL outside the graphs (tp/comm.py): eager.
-        graphs = prompt_graphs and self.mode == "graph" and model.comm is None
-        cache_len = max_seq_len + (padding_room(min(prefill_chunk, max_seq_len)) if graphs else 0)
-        if model.cache_len != cache_len:
-            model.setup_cache(cache_len)
+        graphs = prompt_graphs and self.mode == "graph" and model.comm is None  # TP prompts: NCCL, eager
+        if model.cache_len != (n := max_seq_len + (padding_room(min(prefill_chunk, max_seq_len)) if graphs else 0)):
+            model.setup_cache(n)
         self.prompts = PromptGraphs(model, prefill_chunk) if graphs else None
         if self.mode == "compile":
             _inductor_settings()
@@ -101,6 +97,14 @@ class Engine:
             else:
                 logits = self.model(piece, torch.full((), start + i, dtype=torch.long, device=tokens.device))
         return logits
+
+    @torch.no_grad()
+    def warm_prompts(self, buckets: tuple[int, ...] = (64, 128, 256)) -> None:
+        """Captures these buckets' prompt graphs now, leaving the cached sequence as it is (PromptGraphs.warm); a
+        chat turn's prompt, the new message in the template, is tens to a few hundred tokens."""
+        if self.prompts is not None and not self.model.sparse_prefill:
+            for m in buckets:
+                self.prompts.warm(m, self.n_cached)
 
     @torch.no_grad()
     def decode(self) -> None:

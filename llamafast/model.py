@@ -151,9 +151,8 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, all_logits: bool = False,
                 last: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens (S,) int64 at positions pos..pos+S-1 -> fp32 logits (S, V), or (1, V) of the last token.
-        last: a (1,) device index of the row to take logits from instead of the last (a padded prompt's last real
-        token; prompt_graph.py), so the choice needs no host work."""
+        """tokens (S,) int64 at positions pos..pos+S-1 -> fp32 logits (S, V), or (1, V) of the last token, or of
+        row `last` ((1,) on the device: a padded prompt's last real token, prompt_graph.py)."""
         ops = self.backend.decode if tokens.shape[0] == 1 else self.backend.prefill
         x = self.tok_embeddings.weight[tokens]  # (S, C)
         eps = self.config.norm_eps

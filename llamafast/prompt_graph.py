@@ -1,19 +1,16 @@
-"""Prompt chunks replayed from CUDA graphs, one graph per prompt-length bucket, so that the host cannot slow a
-prefill down.
+"""Prompt chunks replayed from CUDA graphs, one per prompt-length bucket, so the host cannot slow a prefill down.
+A 7B prompt pass queues 257 launches: on the H100 the host took 8.8 ms to queue 512 tokens the GPU ran in about
+13.6 (kernels/prefill/launcher.py), and issue 16 measured 16.5 ms at 512 on a slower host. A replay is one launch.
 
-A 7B prompt pass queues 257 kernel launches. At 512 tokens on the H100 the host took 8.8 ms to queue what the GPU
-ran in about 13.6 ms (kernels/prefill/launcher.py); a slower or busier host makes the queueing the bound
-(issue 16 measured 16.5 ms median at 512 tokens). A replayed graph is one launch.
+A chunk of n tokens is padded to bucket(n), after the real tokens, so causal attention hides the padding from
+them. Its keys and values land in cache positions past the prompt, which the next decode step or chunk writes
+before anything reads them (a step at position p writes p, then reads 0..p). The logits come from the last real
+row, chosen on the device (Transformer.forward's `last`).
 
-Buckets: a chunk of n tokens is padded to bucket(n). The padding goes after the real tokens, so causal attention
-keeps every real token from seeing it. Its keys and values land in cache positions past the prompt, which the
-next decode step or prompt chunk writes before anything reads them (a step at position p writes p, then reads
-0..p). The logits come from the last real row, chosen on the device (Transformer.forward's `last`).
-
-A bucket's first chunk runs eagerly and unpadded, so a one-shot `generate` pays neither padding nor a capture.
-Its second runs eagerly at the padded length (which compiles that length's kernels: the warm-up a capture
-needs) and is then captured; every later one is replayed. All the graphs share one memory pool: they never run
-at the same time, and each replay's logits are copied out before the next.
+A bucket's first chunk runs eagerly and unpadded, so a one-shot `generate` pays neither padding nor a capture;
+its second runs eagerly padded (compiling that length's kernels, the warm-up a capture needs) and is captured;
+later ones replay. The graphs share one memory pool: they never run at once, and each replay's logits are
+copied out before the next.
 """
 
 from __future__ import annotations
@@ -72,6 +69,18 @@ class PromptGraphs:
         if self.capture:
             self.graphs[m] = self._capture(m)
         return logits
+
+    def warm(self, m: int, start: int) -> None:
+        """Captures bucket m before its first use, running its padded pass at positions start.. past the sequence
+        the cache holds (rewritten before anything reads them): a chat's next turns then replay at once."""
+        if m in self.graphs or start + m > self.model.cache_len:
+            return
+        self.pos.fill_(start)
+        self.last.fill_(0)
+        self._forward(m)
+        self.seen.add(m)
+        if self.capture:
+            self.graphs[m] = self._capture(m)
 
     def _forward(self, m: int) -> torch.Tensor:
         return self.model(self.tokens[:m], self.pos, last=self.last)

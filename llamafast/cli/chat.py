@@ -22,7 +22,6 @@ from llamafast.cli.common import (
 )
 from llamafast.config import FP8Format
 from llamafast.errors import LlamafastError
-from llamafast.formats.files import write_atomically
 
 ContextOpt = Annotated[Optional[int], typer.Option(
     help="KV cache positions for the conversation; when it is full the oldest turns are dropped [default: the model's "
@@ -189,6 +188,8 @@ class Repl:
               f"{s['total_generated']} tokens generated", flush=True)
 
     def _save(self, arg: str) -> None:
+        from llamafast.formats.files import write_atomically  # llamafast.formats imports torch: not for --help
+
         if not arg:
             raise LlamafastError("usage: /save FILE")
         path = Path(arg).expanduser()

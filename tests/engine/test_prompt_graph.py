@@ -103,3 +103,23 @@ def test_graph_replay_matches_eager_logits(golden):
     torch.testing.assert_close(runs[0], want, atol=atol, rtol=rtol)
     torch.testing.assert_close(runs[2], want, atol=atol, rtol=rtol)
     torch.testing.assert_close(engine.prompt_logits(ids[11:], start=11), want, atol=atol, rtol=rtol)
+
+
+def test_chat_after_warming_buckets_is_exact():
+    """A chat whose engine warms buckets 64, 128 and 256 after each reply (padded passes past the cached sequence)
+    and runs later prompts padded: every reply equals a fresh prefill of the whole conversation."""
+    from llamafast.chat import ChatSession
+
+    lm, ref = (load_model(None, device=torch.device("cpu"), dtype=DType.float32) for _ in range(2))  # two caches
+    engine = _padded_engine(lm.model, 512, 2048)
+    warmed = []
+    warm = engine.prompts.warm
+    engine.prompts.warm = lambda m, start: (warmed.append((m, start)), warm(m, start))[1]
+    session = ChatSession(engine, lm.tokenizer, system="Be brief.", max_new_tokens=16)
+    for k, text in enumerate(["Hello there", "Tell me a story about a cat", "What happened next?"]):
+        reply = session.reply(text)
+        conversation = session.transcript()["messages"][:-1]
+        fresh = Engine(ref.model, GREEDY, 512, prompt_graphs=False)
+        assert reply.token_ids == generate(fresh, lm.tokenizer, lm.tokenizer.dialog(conversation), 16).token_ids, k
+        if k == 0:
+            assert [m for m, _ in warmed] == [64, 128, 256] and warmed[0][1] == session.engine.n_cached
