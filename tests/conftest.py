@@ -13,6 +13,7 @@ if not torch.cuda.is_available():  # kernels run through Triton's interpreter; m
 # No tuning on first use (llamafast/tuning/) in the tests but test_tuning.py's, which turns it on: a GPU run
 # neither writes into the user's tuning cache nor times tiny shapes for minutes; LLAMAFAST_TUNE=1 overrides.
 os.environ.setdefault("LLAMAFAST_TUNE", "0")
+os.environ.setdefault("LLAMAFAST_PRELOAD", "0")  # likewise the kernel lists (llamafast/load/preload.py)
 
 import pytest  # noqa: E402
 

@@ -61,6 +61,7 @@ def chat(
     from llamafast.chat import ChatSession
     from llamafast.generate import Engine
     from llamafast.load import load_model, open_model
+    from llamafast.load.preload import preloading
 
     with clean_errors():
         run = preset(config)
@@ -70,17 +71,19 @@ def chat(
         dev = device_or_default(pick(device, run.device))
         opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
         size = _context_size(context, opened.config.max_seq_len, max_new)  # refused before any weights load
-        with progress_bar() as update:
-            lm = load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
-                            fp8_format if fp8 else None)
-        tune_decode(lm.model)
-        engine = Engine(lm.model, sampling, size, n_vocab=opened.tokenizer.vocab_size)
-        session = ChatSession(engine, opened.tokenizer, system, max_new, stop or [], model=lm.source)
-        interactive = sys.stdin.isatty()
-        if interactive:
-            _note(f"{lm.source}: {lm.backend.value}, {lm.weights} weights, on {dev}; context {size} tokens; "
-                  "/help for commands, Ctrl-D to leave")
-        code = Repl(session, interactive).run()
+        with preloading(opened.config, pick(dtype, run.dtype), fp8_format if fp8 else None, pick(backend, run.backend),
+                        dev, warn=lambda text: err.print(f"warning: {escape(text)}")):
+            with progress_bar() as update:
+                lm = load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
+                                fp8_format if fp8 else None)
+            tune_decode(lm.model)
+            engine = Engine(lm.model, sampling, size, n_vocab=opened.tokenizer.vocab_size)
+            session = ChatSession(engine, opened.tokenizer, system, max_new, stop or [], model=lm.source)
+            interactive = sys.stdin.isatty()
+            if interactive:
+                _note(f"{lm.source}: {lm.backend.value}, {lm.weights} weights, on {dev}; context {size} tokens; "
+                      "/help for commands, Ctrl-D to leave")
+            code = Repl(session, interactive).run()
     raise typer.Exit(code)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
@@ -54,9 +56,10 @@ def generate(
     from llamafast.generate import Engine
     from llamafast.generate import generate as generate_text
     from llamafast.load import load_model, open_model
+    from llamafast.load.preload import preloading
 
     phases = {"import_s": time.perf_counter() - STARTED}  # llamafast's first import to here: torch and the rest
-    with clean_errors(), tensor_parallel(tp, device) as ranks:
+    with clean_errors(), tensor_parallel(tp, device) as ranks, contextlib.ExitStack() as stack:
         run = preset(config)
         run.refuse_unused("generate", GENERATE_KEYS)
         sampling = sampling_config(run, temperature, top_k, top_p, repetition_penalty, seed)
@@ -78,6 +81,8 @@ def generate(
             err.print("[dim]empty prompt: generating from the beginning-of-sequence token alone[/dim]")
         if ranks and sparse:
             raise LlamafastError("--tp does not run sparsified checkpoints")
+        preload = stack.enter_context(preloading(opened.config, pick(dtype, run.dtype), fp8_format if fp8 else None,
+                                                 pick(backend, run.backend), dev, ranks, warn=_warn))
         with progress_bar() as update:
             lm = on_every_rank(ranks, lambda: load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend),
                                                          update, fp8_format if fp8 else None, ranks and ranks.shard))
@@ -93,7 +98,8 @@ def generate(
         t_generate = time.perf_counter()
         done = generate_text(engine, tok, ids, max_new, stop or [], on_text=None if json_out else _write)
         phases.update(load_s=lm.load_s, ttft_s=done.ttft_s, first_step_s=done.first_step_s, decode_s=done.decode_s,
-                      first_token_since_import_s=t_generate + done.ttft_s - STARTED)
+                      first_token_since_import_s=t_generate + done.ttft_s - STARTED,
+                      kernels_preloaded=preload.loaded if preload else 0)
         if json_out:
             record = {"prompt": text, "model": lm.source, "format": lm.format, "weights": lm.weights,
                       "backend": lm.backend.value, "device": str(dev), "load_s": lm.load_s, **done.to_dict(),
@@ -141,3 +147,5 @@ def _write(text: str) -> None:
     sys.stdout.flush()
 
 
+def _warn(text: str) -> None:
+    err.print(f"warning: {escape(text)}")
