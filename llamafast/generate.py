@@ -17,7 +17,7 @@ import torch
 
 from llamafast.config import SamplingConfig
 from llamafast.model import Transformer
-from llamafast.prompt_graph import PromptGraphs, padding_room
+from llamafast.prompt_graph import PromptGraphs
 from llamafast.sampling import sample
 from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 
@@ -37,8 +37,8 @@ class Engine:
         self, model: Transformer, sampling: SamplingConfig, max_seq_len: int, prefill_chunk: int = PREFILL_CHUNK,
         n_vocab: int | None = None, prompt_graphs: bool = True,
     ):
-        """max_seq_len: positions a sequence may use (prompt plus new tokens), at most the model's context; the
-        cache may hold a padded prompt chunk's more. prefill_chunk: prompt tokens per forward pass; longer prompts
+        """max_seq_len: positions the KV cache holds (prompt plus new tokens), at most the model's context.
+        prefill_chunk: prompt tokens per forward pass; longer prompts
         run in chunks, each attending to the cache the chunks before it wrote, so activation memory is bounded by
         the chunk. n_vocab: the tokenizer's pieces, when fewer than the model's vocabulary (ids past it are never
         sampled). prompt_graphs: replay prompt chunks from CUDA graphs where decode steps are (prompt_graph.py)."""
@@ -57,9 +57,9 @@ class Engine:
         self._graph: torch.cuda.CUDAGraph | None = None
         if self.mode == "graph" and device.type != "cuda":
             self.mode = "eager"  # the kernels under TRITON_INTERPRET=1 on the CPU: no graphs there
+        if model.cache_len != max_seq_len:
+            model.setup_cache(max_seq_len)
         graphs = prompt_graphs and self.mode == "graph" and model.comm is None  # TP prompts: NCCL, eager
-        if model.cache_len != (n := max_seq_len + (padding_room(min(prefill_chunk, max_seq_len)) if graphs else 0)):
-            model.setup_cache(n)
         self.prompts = PromptGraphs(model, prefill_chunk) if graphs else None
         if self.mode == "compile":
             _inductor_settings()

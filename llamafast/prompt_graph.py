@@ -4,8 +4,9 @@ A 7B prompt pass queues 257 launches: on the H100 the host took 8.8 ms to queue 
 
 A chunk of n tokens is padded to bucket(n), after the real tokens, so causal attention hides the padding from
 them. Its keys and values land in cache positions past the prompt, which the next decode step or chunk writes
-before anything reads them (a step at position p writes p, then reads 0..p). The logits come from the last real
-row, chosen on the device (Transformer.forward's `last`).
+before anything reads them (a step at position p writes p, then reads 0..p); a chunk whose padding would run past
+the cache runs eagerly (the cache is not grown for it: attention splits by the cache's length). The logits come
+from the last real row, chosen on the device (Transformer.forward's `last`).
 
 A bucket's first chunk runs eagerly and unpadded, so a one-shot `generate` pays neither padding nor a capture;
 its second runs eagerly padded (compiling that length's kernels, the warm-up a capture needs) and is captured;
@@ -29,12 +30,6 @@ def bucket(n: int) -> int:
     top = 1 << (n - 1).bit_length()  # the next power of two
     step = max(top // 8, 16) if n > 256 else top
     return -(-n // step) * step
-
-
-def padding_room(chunk: int) -> int:
-    """Cache positions past the sequence that padding can write to, for chunks of at most `chunk` tokens (255
-    for 2,048: 128 MB of cache at 7B in bf16); where the cache lacks them, a chunk runs unpadded and eagerly."""
-    return max(bucket(n) - n for n in range(1, chunk + 1))
 
 
 class PromptGraphs:
