@@ -4,7 +4,8 @@
 # and Triton's cache are warm) for --help, the bundled model, and a Llama-2-7B Hugging Face checkpoint of random
 # bf16 weights written to local disk, then its FP8 conversion; each run's --json phases (one JSON line each, in
 # OUTDIR/startup.jsonl); and two `llamafast chat` sessions (the second with Triton's cache warm) whose second
-# turn (about 50 tokens) follows a conversation of about 1,000 tokens (OUTDIR/chat_7b.txt, /stats lines).
+# turn (about 50 tokens) follows a conversation of about 1,000 tokens (OUTDIR/chat_7b.txt, /stats lines). The 7B
+# bf16 run is timed a second time with LLAMAFAST_PRELOAD=0, the kernel preloading's baseline.
 #   bash scripts/bench_startup.sh OUTDIR TOKENIZER.model [CHECKPOINT_DIR]
 set -euo pipefail
 out=$1; tok=$2; ck=${3:-/tmp/llamafast-7b}
@@ -17,6 +18,7 @@ $ttft -- llamafast generate "Once upon a time" --max-new-tokens 32
 llamafast generate "Once upon a time" --max-new-tokens 32 --json >> "$log"
 [ -d "$ck/hf" ] || PYTHONPATH=. python scripts/make_random_checkpoint.py --shape llama-2-7b --tokenizer "$tok" "$ck/hf"
 $ttft -- llamafast generate --model "$ck/hf" "$prompt" --max-new-tokens 32
+LLAMAFAST_PRELOAD=0 $ttft -- llamafast generate --model "$ck/hf" "$prompt" --max-new-tokens 32  # without preloading
 llamafast generate --model "$ck/hf" "$prompt" --max-new-tokens 32 --json >> "$log"
 [ -d "$ck/fp8" ] || llamafast convert-fp8 "$ck/hf" "$ck/fp8" > /dev/null
 $ttft -- llamafast generate --model "$ck/fp8" "$prompt" --max-new-tokens 32

@@ -44,9 +44,10 @@ def main() -> None:
     median = sorted(runs, key=lambda r: r["first_byte_s"])[len(runs) // 2]
     report = {"command": shlex.join(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd), "runs": runs,
               "median_first_byte_s": median["first_byte_s"], "median_exit_s": median["exit_s"],
-              "host": os.uname().nodename}
+              "host": os.uname().nodename, "env": {k: v for k, v in os.environ.items() if k.startswith("LLAMAFAST_")}}
+    env = " ".join(f"{k}={v}" for k, v in report["env"].items())
     print(f"{report['median_first_byte_s']:.3f} s to the first byte, {report['median_exit_s']:.3f} s to exit "
-          f"(median of {args.reps}): {report['command']}")
+          f"(median of {args.reps}): {env + ' ' if env else ''}{report['command']}")
     if args.out:  # a .jsonl file gets one line appended
         with open(args.out, "a" if args.out.endswith(".jsonl") else "w") as f:
             f.write(json.dumps(report) + "\n" if args.out.endswith(".jsonl") else json.dumps(report, indent=1))
