@@ -24,7 +24,7 @@ run() {  # name, command...: the command's stdout into name.txt (its --out JSON 
 }
 if [[ $stages == *tests* ]]; then
   run gpu_tests python -m pytest -q -m gpu -p no:cacheprovider tests/engine tests/kernels/test_decode_attention.py \
-    tests/test_weights.py tests/test_triton_backend.py || true
+    tests/test_weights.py tests/test_triton_backend.py tests/tp/test_shard.py || true
 fi
 if [[ $stages == *timeline* ]]; then
   run timeline_7b $b --shape llama-2-7b --timeline --fp8 --reps 20 --out "$out/timeline_7b.json"

@@ -13,6 +13,7 @@ from llamafast.config import ModelConfig, SparseLayout, WeightFormat
 from llamafast.formats import Checkpoint, expected_shapes
 from llamafast.formats.common import Progress, nbytes
 from llamafast.errors import LlamafastError
+from llamafast.load.staging import Job, stream
 from llamafast.quant import FP8Format, is_quantized_linear, keeps_fp32, quantize_named, scale_name, scale_shape
 
 _CONFIG_FILE = {"meta": "params.json", "hf": "config.json", "llama2c": "the .bin header", "llamafast": "its metadata",
@@ -148,28 +149,27 @@ def load_state(
 
 
 def _device_tensors(ckpt: Checkpoint, plan: dict[str, list[str]], device: torch.device, dtype: torch.dtype):
-    """(name, tensor on device as_stored) per model tensor: on a GPU through pinned staging buffers that reader
-    threads fill while the GPU copies (staging.py); elsewhere straight from the memory maps."""
-    if device.type != "cuda":
-        for name, srcs in plan.items():
-            yield name, read_tensor(ckpt, srcs, device, dtype)
-        return
-    from llamafast.load.staging import Job, stream
-
-    jobs = []
+    """(name, tensor on device) per model tensor, through staged() (tensors whose parts differ in dtype directly)."""
+    jobs = {}
     for name, srcs in plan.items():
         refs = [ckpt.tensors[s] for s in srcs]
         shape = (sum(r.shape[0] for r in refs), *refs[0].shape[1:])
-        if len({r.dtype for r in refs}) == 1:
-            jobs.append(Job(name, [r.load for r in refs], shape, refs[0].dtype))
-    staged = {job.name for job in jobs}
-    tensors = stream(jobs, device)
-    for name, srcs in plan.items():
-        if name in staged:
-            _, t = next(tensors)
-            yield name, as_stored(name, t, device, dtype)
-        else:
-            yield name, read_tensor(ckpt, srcs, device, dtype)
+        uniform = len({r.dtype for r in refs}) == 1
+        jobs[name] = Job(name, [r.load for r in refs], shape, refs[0].dtype) if uniform else None
+    return staged(jobs, lambda name: read_tensor(ckpt, plan[name], device, dtype), device, dtype)
+
+
+def staged(jobs: dict[str, Job | None], direct, device: torch.device, dtype: torch.dtype):
+    """(name, tensor on device: float ones in dtype, FP8 bit patterns as stored) in jobs' order. On a GPU each job
+    travels through pinned staging buffers that reader threads fill while the GPU copies (staging.py); a None job,
+    and every tensor off the GPU, comes from direct(name) (load_state here, tp/shard.py's load_shard)."""
+    if device.type != "cuda":
+        for name in jobs:
+            yield name, direct(name)
+        return
+    tensors = stream([job for job in jobs.values() if job is not None], device)
+    for name, job in jobs.items():
+        yield name, direct(name) if job is None else as_stored(name, next(tensors)[1], device, dtype)
 
 
 def _loaded_bytes(ckpt: Checkpoint, name: str, sources: list[str], dtype: torch.dtype, fp8: FP8Format | None) -> int:

@@ -9,6 +9,7 @@ when N divides V. The embedding and the norms are whole on every rank.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -19,8 +20,10 @@ from llamafast.errors import LlamafastError
 from llamafast.formats import Checkpoint, expected_shapes
 from llamafast.formats.common import Progress, nbytes
 from llamafast.quant import FP8Format
+from llamafast.load.staging import Job
 from llamafast.load.weights import (
-    _maybe_quantized, as_stored, check_loadable, check_memory, device_bytes, random_tensor, sparse_layout, tensor_plan,
+    _maybe_quantized, as_stored, check_loadable, check_memory, device_bytes, random_tensor, sparse_layout, staged,
+    tensor_plan,
 )
 
 # A rank's slice of one tensor: (dim, [(start, length), ...]), the parts concatenated along dim; None: whole.
@@ -110,6 +113,28 @@ def _read(ckpt: Checkpoint, source: str, ranges: Ranges | None, device: torch.de
     return (pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim)).contiguous()
 
 
+def _direct(ckpt: Checkpoint, sources: Sources, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    parts = [_read(ckpt, s, ranges, device, dtype) for s, ranges in sources]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _job(ckpt: Checkpoint, name: str, sources: Sources) -> Job | None:
+    """The rank's slices of a model tensor as a staging job (weights.staged): row slices of its checkpoint
+    tensors, or one column slice of one tensor; None (read directly) for anything else."""
+    refs = [ckpt.tensors[s] for s, _ in sources]
+    if len({r.dtype for r in refs}) != 1:
+        return None
+    loaders = []
+    for ref, (_, ranges) in zip(refs, sources):
+        if ranges is None:
+            loaders.append(ref.load)
+        elif ranges[0] == 0 or (len(sources) == 1 and len(ranges[1]) == 1):
+            loaders += [functools.partial(ref.narrow, ranges[0], start, n) for start, n in ranges[1]]
+        else:
+            return None
+    return Job(name, loaders, _shape(ckpt, sources), refs[0].dtype)
+
+
 def _shape(ckpt: Checkpoint, sources: Sources) -> tuple[int, ...]:
     shapes = [_local(ckpt.tensors[s].shape, ranges) for s, ranges in sources]
     return (sum(s[0] for s in shapes), *shapes[0][1:])
@@ -137,9 +162,9 @@ def load_shard(
     check_memory(sum(device_bytes(name, _shape(ckpt, sources), ckpt.tensors[sources[0][0]].dtype, dtype, fp8)
                      for name, sources in plan.items()), device)
     state, done, total = {}, 0, sum(read.values())
-    for name, sources in plan.items():
-        parts = [_read(ckpt, s, ranges, device, dtype) for s, ranges in sources]
-        state.update(_maybe_quantized(name, parts[0] if len(parts) == 1 else torch.cat(parts), fp8))
+    jobs = {name: _job(ckpt, name, sources) for name, sources in plan.items()}
+    for name, tensor in staged(jobs, lambda name: _direct(ckpt, plan[name], device, dtype), device, dtype):
+        state.update(_maybe_quantized(name, tensor, fp8))
         done += read[name]
         if progress:
             progress(done, total)

@@ -202,3 +202,33 @@ def test_sparsified_checkpoint_refused(checkpoints):
     ckpt.metadata["sparse"] = json.dumps({"group_size": 4, "levels": [0.0, 1.0]})  # what llamafast sparsify records
     with pytest.raises(LlamafastError, match="tensor parallel does not run sparsified checkpoints"):
         load_shard(ckpt, Shard(0, 2), CPU, torch.float32)
+
+
+@requires_stories
+@pytest.mark.parametrize("kind", FORMATS)
+def test_staging_jobs_hold_the_rank_slices(checkpoints, kind):
+    """On a GPU load_shard stages each tensor through pinned buffers (weights.staged): every tensor of every
+    format makes a job whose parts, filled into a buffer as the reader threads do, are the direct read's slices."""
+    from llamafast.load.staging import _fill
+    from llamafast.load.weights import as_stored
+    from llamafast.tp.shard import _direct, _job, _plan
+
+    ckpt = open_checkpoint(checkpoints[kind])
+    for rank in range(2):
+        for name, sources in _plan(ckpt, Shard(rank, 2), None).items():
+            job = _job(ckpt, name, sources)
+            assert job is not None, name
+            filled = _fill(job, torch.empty(job.nbytes, dtype=torch.uint8))
+            assert torch.equal(as_stored(name, filled, CPU, torch.float32), _direct(ckpt, sources, CPU, torch.float32))
+
+
+@pytest.mark.gpu
+@requires_stories
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kind", ["hf", "meta_2", "fp8_e4m3", "gguf"])
+def test_staged_shards_equal_the_cpu_ones(checkpoints, kind):
+    ckpt = open_checkpoint(checkpoints[kind])
+    for rank in range(2):
+        gpu = load_shard(ckpt, Shard(rank, 2), torch.device("cuda"), torch.float32)
+        cpu = load_shard(ckpt, Shard(rank, 2), CPU, torch.float32)
+        assert gpu.keys() == cpu.keys() and all(torch.equal(gpu[n].cpu(), cpu[n]) for n in cpu)
