@@ -11,7 +11,8 @@
 #             (LLAMAFAST_PDL): its GPU tests, then the A/B alternated twice and its timeline
 #   prefill   time to first token at 512 and 4,000 tokens, prompts from CUDA graphs beside eager (targets 12 / 95 ms)
 #   tune      launch tables tuned on first use, from an empty Triton cache (scripts/tune_first_use.py; target 60 s)
-#   70b       Llama-2-70B FP8 E5M2 on one GPU (nvidia-h200; target 55 tok/s)
+#   tables    the full launch sweep at 13B, bf16 and FP8 E5M2 weights (scripts/tune_kernels.py), for committed tables
+#   70b       Llama-2-70B FP8 E5M2 on one GPU (nvidia-h200; target 55 tok/s), and its FP8 launch sweep
 set -euo pipefail
 out=${1:-scripts/results/shapes}
 stages=${2:-tests,timeline,decode,merge,pdl,prefill,tune}
@@ -63,7 +64,14 @@ if [[ $stages == *tune* ]]; then
   TRITON_CACHE_DIR=$(mktemp -d) run tune env PYTHONPATH=. python scripts/tune_first_use.py --shape llama-2-7b \
     --out "$out/tune.json"
 fi
+if [[ $stages == *tables* ]]; then
+  run tune_13b env PYTHONPATH=. python scripts/tune_kernels.py --shape llama-2-13b --out "$out/tune_13b.json"
+  run tune_13b_fp8 env PYTHONPATH=. python scripts/tune_kernels.py --shape llama-2-13b --fp8 e5m2 \
+    --out "$out/tune_13b_fp8.json"
+fi
 if [[ $stages == *70b* ]]; then
   run bench_70b_fp8 $b --shape llama-2-70b --fp8 --new-tokens 128 --out "$out/bench_70b_fp8.json"
+  run tune_70b_fp8 env PYTHONPATH=. python scripts/tune_kernels.py --shape llama-2-70b --fp8 e5m2 \
+    --out "$out/tune_70b_fp8.json"
 fi
 true

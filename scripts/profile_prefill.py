@@ -29,7 +29,7 @@ def main() -> None:
     a = p.parse_args()
     lm = random_model("llama-2-7b", torch.device("cuda"), DType.bfloat16, Backend(a.backend))
     for n in (int(x) for x in a.lengths.split(",")):
-        engine = Engine(lm.model, SamplingConfig(temperature=0), n + 1)
+        engine = Engine(lm.model, SamplingConfig(temperature=0), n + 1, prompt_graphs=False)  # kernels, queued
         ids = random_prompt(n, 32000, torch.Generator().manual_seed(0))
         time_prefill(engine, ids, 2)  # warm-up
         if a.host:
