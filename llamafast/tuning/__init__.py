@@ -29,6 +29,11 @@ ATTENTION_CONTEXT = 4096  # positions attention is tuned at (fewer if the model'
 # Input sets per timing: they flush L2 (256 MiB of them) for weights of 4 MiB and up, and keep a tiny model's
 # sweep short (stories260K's kernels would take thousands of sets each).
 MOST_SETS = 64
+# Models reading fewer weight bytes per token are not tuned (SmolLM2-135M's 270 MB are; the bundled 1 MB
+# stories260K is not): each of their kernels reads a few hundred KB, a µs or two at ~3 TB/s, where launch and
+# ramp-up rather than the launch shape set the time (an estimate, not a measurement), and tuning compiles some 90
+# kernels on a cold Triton cache, which would make the bundled model's first run take minutes.
+MIN_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -88,12 +93,14 @@ def model_jobs(model: Transformer) -> list[Job]:
 def prepare(model: Transformer, timer: Timer | None = None, folder: Path | None = None,
             ignore_committed: bool = False) -> Plan | None:
     """Loads this GPU's cached launches into the kernels' tables and returns what is left to tune for model. None
-    where tuning does not apply: LLAMAFAST_TUNE=0, a backend other than triton, tensor parallel, or a model off
-    CUDA with no timer given (tests time the interpreter's kernels with their own). folder: instead of
+    where tuning does not apply: LLAMAFAST_TUNE=0, a backend other than triton, a model under MIN_BYTES, tensor
+    parallel, or a model off CUDA with no timer given (tests time the interpreter's kernels with their own). folder: instead of
     cache.tune_dir(). ignore_committed: every key is tuned unless the from-scratch file holds it, and nothing
     joins the tables (scripts/tune_first_use.py compares the result with the committed tables)."""
     device = model.tok_embeddings.weight.device
     if not enabled() or model.backend.name != Backend.triton or (timer is None and device.type != "cuda"):
+        return None
+    if model.weight_bytes_per_token() < MIN_BYTES:
         return None
     if model.world > 1:  # kept simple and safe: every rank would sweep the same shard shapes on its own GPU at
         return None  # once and might pick other winners; the committed tables hold Llama 2's TP=2 shards

@@ -49,6 +49,7 @@ def _tables_and_dir(tmp_path, monkeypatch):
     """Each test starts from the committed tables, as a new process would, and caches into its own folder."""
     monkeypatch.setenv("LLAMAFAST_TUNE_DIR", str(tmp_path / "tune"))
     monkeypatch.delenv("LLAMAFAST_TUNE", raising=False)
+    monkeypatch.setattr(tuning, "MIN_BYTES", 0)  # these tests tune tiny models (test_small_models_are_not_tuned)
     with tuning.launches({}):
         yield
 
@@ -220,3 +221,11 @@ def test_tunes_a_new_shape_on_the_gpu_once():
         tokens = [list(stream_tokens(Engine(m, greedy, 40), [1, 50, 60], 32))
                   for m in (model, with_backend(model, Backend.reference))]
     assert tokens[0] == tokens[1]
+
+
+def test_small_models_are_not_tuned(monkeypatch):
+    model = odd_model()
+    monkeypatch.setattr(tuning, "MIN_BYTES", model.weight_bytes_per_token() + 1)
+    assert tuning.prepare(model, FakeTimer()) is None
+    monkeypatch.setattr(tuning, "MIN_BYTES", model.weight_bytes_per_token())
+    assert tuning.prepare(model, FakeTimer()) is not None
