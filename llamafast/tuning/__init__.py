@@ -121,7 +121,7 @@ def tune(plan: Plan) -> Tuned:
     t0 = time.perf_counter()
     won: Entries = {}
     on_gpu = torch.cuda.device(plan.device) if plan.device.type == "cuda" else contextlib.nullcontext()
-    with on_gpu:
+    with on_gpu, _unwatched():
         for job in plan.missing:
             context = min(ATTENTION_CONTEXT, plan.config.max_seq_len) if job.kernel == "decode_attention" else 1
             s = sweep(job.kernel, plan.config, plan.dtype, plan.device, job.fp8, context, quick=True, timer=plan.timer,
@@ -134,6 +134,19 @@ def tune(plan: Plan) -> Tuned:
     header = {"device": plan.gpu, "triton": environment(plan.device)["triton"], "kernels": cache.kernel_hash()}
     warning = cache.save(plan.path, won, header)
     return Tuned(won, time.perf_counter() - t0, plan.path, warning)
+
+
+@contextlib.contextmanager
+def _unwatched():
+    """Triton's post-compile hook off: the candidates compiled here are not the run's kernels, which the hook's
+    watcher records for the next run to preload (load/preload.py)."""
+    from triton import knobs
+
+    hook, knobs.runtime.jit_post_compile_hook = knobs.runtime.jit_post_compile_hook, None
+    try:
+        yield
+    finally:
+        knobs.runtime.jit_post_compile_hook = hook
 
 
 @contextlib.contextmanager

@@ -229,3 +229,26 @@ def test_small_models_are_not_tuned(monkeypatch):
     assert tuning.prepare(model, FakeTimer()) is None
     monkeypatch.setattr(tuning, "MIN_BYTES", model.weight_bytes_per_token())
     assert tuning.prepare(model, FakeTimer()) is not None
+
+
+def test_the_sweep_hides_its_candidates_from_compile_watchers():
+    """Triton's post-compile hook (kernel preloading records the run's kernels with it) is off while the sweep
+    compiles candidates, and back afterwards."""
+    from triton import knobs
+
+    seen = []
+
+    def watcher(**kwargs):
+        seen.append(kwargs)
+
+    def timer(fn, sets):
+        seen.append(knobs.runtime.jit_post_compile_hook)
+        return FakeTimer()(fn, sets)
+
+    saved, knobs.runtime.jit_post_compile_hook = knobs.runtime.jit_post_compile_hook, watcher
+    try:
+        tuning.tune(tuning.prepare(odd_model(), timer))
+        assert seen and all(hook is None for hook in seen)
+        assert knobs.runtime.jit_post_compile_hook is watcher
+    finally:
+        knobs.runtime.jit_post_compile_hook = saved
