@@ -136,15 +136,24 @@ def load_state(
     plan = tensor_plan(ckpt)
     if fp8 is not None and "output.weight" not in plan:  # tied: the LM head gets its own FP8 copy
         plan["output.weight"] = ["tok_embeddings.weight"]
-    total = sum(nbytes(ckpt.tensors[s].shape, ckpt.tensors[s].dtype) for srcs in plan.values() for s in srcs)
     check_memory(sum(_loaded_bytes(ckpt, name, srcs, dtype, fp8) for name, srcs in plan.items()), device)
-    state, done = {}, 0
-    for name, t in _device_tensors(ckpt, plan, device, dtype):
+    read = {name: sum(nbytes(ckpt.tensors[s].shape, ckpt.tensors[s].dtype) for s in srcs)
+            for name, srcs in plan.items()}
+    state = collect(_device_tensors(ckpt, plan, device, dtype), read, fp8, progress)
+    state.setdefault("output.weight", state["tok_embeddings.weight"])  # tied embeddings
+    return state
+
+
+def collect(tensors, read: dict[str, int], fp8: FP8Format | None,
+            progress: Progress | None) -> dict[str, torch.Tensor]:
+    """The state from (name, tensor on device) pairs as they arrive, linear weights quantized with fp8; progress
+    counts read[name], the checkpoint bytes each one took (load_state here, tp/shard.py's load_shard)."""
+    state, done, total = {}, 0, sum(read.values())
+    for name, t in tensors:
         state.update(_maybe_quantized(name, t, fp8))
-        done += sum(nbytes(ckpt.tensors[s].shape, ckpt.tensors[s].dtype) for s in plan[name])
+        done += read[name]
         if progress:
             progress(done, total)
-    state.setdefault("output.weight", state["tok_embeddings.weight"])  # tied embeddings
     return state
 
 

@@ -22,8 +22,8 @@ from llamafast.formats.common import Progress, nbytes
 from llamafast.quant import FP8Format
 from llamafast.load.staging import Job
 from llamafast.load.weights import (
-    _maybe_quantized, as_stored, check_loadable, check_memory, device_bytes, random_tensor, sparse_layout, staged,
-    tensor_plan,
+    _maybe_quantized, as_stored, check_loadable, check_memory, collect, device_bytes, random_tensor, sparse_layout,
+    staged, tensor_plan,
 )
 
 # A rank's slice of one tensor: (dim, [(start, length), ...]), the parts concatenated along dim; None: whole.
@@ -161,13 +161,9 @@ def load_shard(
             for name, sources in plan.items()}
     check_memory(sum(device_bytes(name, _shape(ckpt, sources), ckpt.tensors[sources[0][0]].dtype, dtype, fp8)
                      for name, sources in plan.items()), device)
-    state, done, total = {}, 0, sum(read.values())
     jobs = {name: _job(ckpt, name, sources) for name, sources in plan.items()}
-    for name, tensor in staged(jobs, lambda name: _direct(ckpt, plan[name], device, dtype), device, dtype):
-        state.update(_maybe_quantized(name, tensor, fp8))
-        done += read[name]
-        if progress:
-            progress(done, total)
+    state = collect(staged(jobs, lambda name: _direct(ckpt, plan[name], device, dtype), device, dtype), read, fp8,
+                    progress)
     if "output.weight" not in state:  # tied embeddings: the head is (this rank's rows of) the embedding
         head = _ranges("output.weight", ckpt.config, shard)
         emb = state["tok_embeddings.weight"]

@@ -4,6 +4,7 @@ join the kernels' CONFIGS tables under the committed ones, which stay authoritat
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -52,6 +53,7 @@ def cache_file(gpu: str, folder: Path | None = None, scratch: bool = False) -> P
     return (folder or tune_dir()) / f"{name}{'-scratch' if scratch else ''}.json"
 
 
+@functools.lru_cache(maxsize=1)  # the sources of a running process do not change; tuning and preloading both ask
 def kernel_hash() -> str:
     """8 hex digits of the SHA-256 of the kernel files beside gemv.py (the decode kernels and what they share): a
     kernel edited, or its committed table, starts a new file instead of trusting launches timed on old code."""
