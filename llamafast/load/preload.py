@@ -35,10 +35,13 @@ class KernelPreload:
     def __init__(self, path: Path, device: torch.device):
         from triton import knobs
 
+        if device.type == "cuda" and device.index is None:  # set_device needs an index (torch 2.11 refuses none)
+            device = torch.device("cuda", torch.cuda.current_device())
         self.path, self.device, self.knobs = path, device, knobs
         self.listed = _read(path)  # [(module, qualname, specialization)] in first-use order
         self.recorded: dict[str, tuple[str, str]] = {}  # specialization -> (module, qualname)
         self.loaded = self.failed = 0
+        self.error: str | None = None  # why the thread preloaded nothing; close() reports it
         self.previous = knobs.runtime.jit_post_compile_hook
         knobs.runtime.jit_post_compile_hook = self._record
         self.thread = threading.Thread(target=self._preload, name="llamafast-preload", daemon=True)
@@ -54,8 +57,12 @@ class KernelPreload:
         return None
 
     def _preload(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)  # this thread's current device: Triton loads onto it
+        try:
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)  # this thread's current device: Triton loads onto it
+        except Exception as e:  # noqa: BLE001 - the kernels still load at their first launch
+            self.failed, self.error = len(self.listed), f"kernel preloading did not start: {e}"
+            return
         for module, name, spec in self.listed:
             try:
                 if not module.startswith("llamafast.kernels."):  # the file names what gets imported: ours only
@@ -68,10 +75,14 @@ class KernelPreload:
 
     def close(self) -> str | None:
         """Waits for the thread, restores Triton's hook, and adds this run's new kernels to the file. Returns why it
-        could not save, or None."""
+        could not preload or save, or None."""
         if self.thread.is_alive():
             self.thread.join()
         self.knobs.runtime.jit_post_compile_hook = self.previous
+        saved = self._save()
+        return self.error or saved
+
+    def _save(self) -> str | None:
         known = {spec for _, _, spec in self.listed}
         new = [(m, n, s) for s, (m, n) in self.recorded.items() if s not in known]
         if not new or len(self.listed) >= MOST:
@@ -127,7 +138,7 @@ def _read(path: Path) -> list[tuple[str, str, str]]:
         if data.get("version") != VERSION:
             return []
         return [(str(k["module"]), str(k["name"]), str(k["specialization"])) for k in data["kernels"]]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return []
 
 

@@ -71,7 +71,7 @@ def read(path: Path) -> tuple[Entries, str | None]:
         return {}, None
     except OSError as e:
         reason = e.strerror
-    except (ValueError, TypeError, KeyError) as e:  # not JSON, not UTF-8, not our layout
+    except (ValueError, TypeError, KeyError, RecursionError) as e:  # not JSON, not UTF-8, not our layout
         reason = " ".join(str(e).split()) or type(e).__name__
     return {}, f"ignoring the tuning cache {path} ({reason}); it is rewritten when a shape is next tuned"
 

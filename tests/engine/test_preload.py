@@ -58,7 +58,8 @@ def test_recorded_kernels_are_listed_for_the_next_run(tmp_path):
 
 def test_bad_lists_preload_nothing(tmp_path):
     path = tmp_path / "preload.json"
-    for text in ["not json", json.dumps({"version": 99, "kernels": []}), json.dumps({"version": 1})]:
+    for text in ["not json", json.dumps({"version": 99, "kernels": []}), json.dumps({"version": 1}),
+                 "[" * 100_000 + "]" * 100_000]:  # nested beyond json's recursion limit
         path.write_text(text)
         preload = KernelPreload(path, CPU)
         assert preload.listed == [] and not preload.thread.is_alive()
@@ -67,6 +68,32 @@ def test_bad_lists_preload_nothing(tmp_path):
     preload = KernelPreload(path, CPU)  # the file names what gets imported: only llamafast's kernel modules
     preload.close()
     assert preload.failed == 1 and preload.loaded == 0
+
+
+def test_the_thread_preloads_on_an_indexed_device(tmp_path, monkeypatch):
+    """torch.device("cuda") names no index, which torch.cuda.set_device refuses (torch 2.11): the thread is given
+    the current device's index; a thread that cannot start says why in close()'s warning, and raises nothing."""
+    path = tmp_path / "preload.json"
+    path.write_text(json.dumps({"version": 1, "kernels": [{"module": "llamafast.kernels.gemv", "name": "nope",
+                                                          "specialization": "x"}]}))
+    calls = []
+
+    def set_device(device):
+        if isinstance(device, torch.device) and device.index is None:
+            raise ValueError("Expected a torch.device with a specified index or an integer")
+        calls.append(device)
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    preload = KernelPreload(path, torch.device("cuda"))
+    assert preload.close() is None and calls == [torch.device("cuda", 3)] and preload.failed == 1
+
+    def broken(device):
+        raise RuntimeError("CUDA error: no device")
+
+    monkeypatch.setattr(torch.cuda, "set_device", broken)
+    preload = KernelPreload(path, torch.device("cuda", 0))
+    assert "kernel preloading did not start: CUDA error" in preload.close() and preload.loaded == 0
 
 
 def test_one_file_per_model_kind(tmp_path):

@@ -118,7 +118,8 @@ def test_committed_entries_are_never_overridden_and_known_keys_not_tuned():
     "not json {", '{"version": 1, "launches": [{"table": "nope"}]}', '["a list"]',
     '{"version": 1, "launches": [{"table": "rmsnorm_swiglu", "key": [200, 96, 4], '
     '"launch": {"block_n": 3, "block_k": 64, "num_warps": 2, "num_stages": 1}, "us": 1.0}]}',
-], ids=["not-json", "unknown-table", "not-a-dict", "block-not-pow2"])
+    "[" * 100_000 + "]" * 100_000,
+], ids=["not-json", "unknown-table", "not-a-dict", "block-not-pow2", "nested-beyond-recursion"])
 def test_a_corrupt_cache_is_a_warning_and_a_retune(content, capsys):
     model = odd_model()
     path = tuning.prepare(model, FakeTimer()).path
