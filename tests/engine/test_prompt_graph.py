@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from llamafast.config import Backend, DType, SamplingConfig
-from llamafast.generate import Engine, generate
+from llamafast.generate import Engine, generate, stream_tokens
 from llamafast.load import load_model
 from llamafast.prompt_graph import PromptGraphs, bucket
 
@@ -123,3 +123,22 @@ def test_chat_after_warming_buckets_is_exact():
         assert reply.token_ids == generate(fresh, lm.tokenizer, lm.tokenizer.dialog(conversation), 16).token_ids, k
         if k == 0:
             assert [m for m, _ in warmed] == [64, 128, 256] and warmed[0][1] == session.engine.n_cached
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_bench_times_the_prompt_replayed_from_its_graph(monkeypatch):
+    """bench's time to first token is that of a prompt whose bucket is captured, as every prompt after the first of
+    its length runs: the timed pass neither runs the bucket eagerly nor captures it."""
+    from llamafast.bench import decode
+
+    seen = []
+
+    def spy(engine, prompt, n, start=0):
+        seen.append(bucket(len(prompt)) in engine.prompts.graphs)
+        return stream_tokens(engine, prompt, n, start)
+
+    monkeypatch.setattr(decode, "stream_tokens", spy)
+    lm = load_model(None, device=torch.device("cuda"), backend=Backend.triton)
+    decode.bench_backend(lm, Backend.triton, list(range(1, 17)), 8)
+    assert seen[-1] and not seen[0], seen
