@@ -192,22 +192,38 @@ def _source(run, model, tokenizer, random_weights, shape) -> str | OpenedModel:
 
 def _bench_model(run, source: str | OpenedModel, dev, dtype, ranks=None, fp8: FP8Format | None = None):
     """Random weights of a shape, or the opened checkpoint's weights (a rank's shard of them under --tp). With
-    --fp8, random float weights that do not fit the device give way to FP8 weights alone, made tensor by tensor."""
+    --fp8, where the float weights and their FP8 copy cannot fit together, the FP8 weights alone (quantized tensor
+    by tensor as they are made or read), decided before either is built."""
     from llamafast.load import load_model, random_model
-    from llamafast.load.weights import OutOfMemory
 
     shard = ranks and ranks.shard
     if isinstance(source, str):
         dt = pick(dtype, DType.bfloat16 if dev.type == "cuda" else DType.float32)
-        try:
-            return random_model(source, dev, dt, shard=shard)
-        except OutOfMemory as e:
-            if fp8 is None:
-                raise
-            _note(f"{e}; timing {fp8.weights} weights alone")
-            return random_model(source, dev, dt, fp8=fp8, shard=shard)
+        alone = _fp8_alone(model_config(source), dt, None, fp8, dev, shard)
+        return random_model(source, dev, dt, fp8=alone, shard=shard)
+    dt = pick(dtype, run.dtype)
+    alone = _fp8_alone(source.config, dt, source.checkpoint, fp8, dev, shard)
     with progress_bar() as update:
-        return load_model(source, None, dev, pick(dtype, run.dtype), None, update, shard=shard)
+        return load_model(source, None, dev, dt, None, update, fp8=alone, shard=shard)
+
+
+def _fp8_alone(config, dtype: DType, ckpt, fp8: FP8Format | None, dev, shard) -> FP8Format | None:
+    """fp8, said in one line, where a float model and its FP8 copy would not fit the device together; else None."""
+    if fp8 is None or shard:
+        return None
+    import torch
+
+    from llamafast.config import WeightFormat
+    from llamafast.load import resolve_dtype
+    from llamafast.load.weights import checkpoint_dtype, checkpoint_formats, float_and_fp8_fit
+
+    if ckpt is not None and checkpoint_formats(ckpt)[0] != WeightFormat.float:
+        return None  # an FP8 checkpoint: no copy is made
+    stored = checkpoint_dtype(ckpt) if ckpt is not None else torch.bfloat16
+    why = float_and_fp8_fit(config, resolve_dtype(dtype, dev, stored), fp8, dev)
+    if why:
+        _note(f"{why}; timing {fp8.weights} weights alone")
+    return fp8 if why else None
 
 
 def _note(note: str | None) -> None:

@@ -207,6 +207,25 @@ def check_memory(nbytes: int, device: torch.device) -> None:
                           f"and {free / 1e9:.1f} GB is available")
 
 
+def model_bytes(config: ModelConfig, dtype: torch.dtype, fp8: FP8Format | None = None) -> int:
+    """Bytes a whole model's weights take on the device in `dtype`, its linear weights quantized with fp8."""
+    return sum(device_bytes(name, shape, dtype, dtype, fp8) for name, shape in expected_shapes(config, True).items())
+
+
+def float_and_fp8_fit(config: ModelConfig, dtype: torch.dtype, fp8: FP8Format, device: torch.device) -> str | None:
+    """None when a model's float weights and their FP8 copy (quantize_state: linear weights quantized, the rest
+    shared) fit the device together; else why not. The largest linear weight in fp32 is the quantizer's scratch."""
+    floats, quantized = model_bytes(config, dtype), model_bytes(config, dtype, fp8)
+    shared = sum(device_bytes(n, s, dtype, dtype, None) for n, s in expected_shapes(config, True).items()
+                 if not is_quantized_linear(n))
+    scratch = 4 * max(nbytes(s, torch.int8) for n, s in expected_shapes(config, True).items() if is_quantized_linear(n))
+    need, free = floats + quantized - shared + scratch, free_memory(device)
+    if free is None or need <= free:
+        return None
+    return (f"the {dtype} weights and their {fp8.weights} copy need {need / 1e9:.1f} GB together, and "
+            f"{free / 1e9:.1f} GB is free")
+
+
 def free_memory(device: torch.device) -> int | None:
     """Bytes free on the GPU; on the host, Linux's MemAvailable, within the address-space limit (ulimit -v)."""
     if device.type == "cuda":

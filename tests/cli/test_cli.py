@@ -300,3 +300,20 @@ def test_bench_fp8_alone_when_float_weights_do_not_fit(monkeypatch):
     assert r.exit_code == 0, r.stderr
     assert "timing fp8_e5m2 weights alone" in r.stderr
     assert [row["weights"] for row in json.loads(r.stdout)["results"]] == ["fp8_e5m2"]
+
+
+@pytest.mark.parametrize("fits", [False, True], ids=["float-fits-alone", "both-fit"])
+def test_bench_fp8_decides_from_what_both_need(monkeypatch, fits):
+    """The float weights fit but their FP8 copy beside them does not (Llama-2-70B on one H200: 138 of 150 GB, then
+    69 more): FP8 alone, decided before either is built; where both fit, both are timed."""
+    weights = importlib.import_module("llamafast.load.weights")
+    config = MODEL_CONFIGS["stories260K"]
+    floats = weights.model_bytes(config, torch.float32)
+    monkeypatch.setattr(weights, "free_memory", lambda device: 10 * floats if fits else floats + 1)
+    assert (weights.float_and_fp8_fit(config, torch.float32, FP8Format.e5m2, torch.device("cpu")) is None) == fits
+    r = _run("bench", "--random-weights", "--shape", "stories260K", "--fp8", "--device", "cpu", "--backend", "reference",
+             "--new-tokens", "4", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert ("together" in r.stderr and "timing fp8_e5m2 weights alone" in r.stderr) != fits
+    expected = ["float32", "fp8_e5m2"] if fits else ["fp8_e5m2"]
+    assert [row["weights"] for row in json.loads(r.stdout)["results"]] == expected
