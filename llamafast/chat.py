@@ -37,9 +37,9 @@ class ChatReply:
         return self.decode_tokens / self.decode_s if self.decode_tokens and self.decode_s > 0 else None
 
     def to_dict(self) -> dict:
-        """The reply's numbers (its text is in the transcript's messages)."""
+        """The reply's tokens and numbers (its text is in the transcript's messages)."""
         record = dataclasses.asdict(self)
-        del record["text"], record["token_ids"]
+        del record["text"]
         return {**record, "new_tokens": len(self.token_ids), "tokens_per_s": self.tokens_per_s}
 
 

@@ -30,7 +30,7 @@ ContextOpt = Annotated[Optional[int], typer.Option(
 HELP = """\
 /reset          forget the conversation (the system message stays)
 /system TEXT    set the system message and start over; /system alone removes it
-/stats          turns, context used, speed of the last reply
+/stats          turns, context used, speed of the last reply, kernels preloaded at start
 /save FILE      write the transcript (messages, sampling, each reply's numbers) as JSON
 /exit, /quit    leave (Ctrl-D at the prompt too)
 /help           this list"""
@@ -72,7 +72,7 @@ def chat(
         opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
         size = _context_size(context, opened.config.max_seq_len, max_new)  # refused before any weights load
         with preloading(opened.config, pick(dtype, run.dtype), fp8_format if fp8 else None, pick(backend, run.backend),
-                        dev, warn=lambda text: err.print(f"warning: {escape(text)}")):
+                        dev, warn=lambda text: err.print(f"warning: {escape(text)}")) as preload:
             with progress_bar() as update:
                 lm = load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
                                 fp8_format if fp8 else None)
@@ -83,7 +83,7 @@ def chat(
             if interactive:
                 _note(f"{lm.source}: {lm.backend.value}, {lm.weights} weights, on {dev}; context {size} tokens; "
                       "/help for commands, Ctrl-D to leave")
-            code = Repl(session, interactive).run()
+            code = Repl(session, interactive, preload).run()
     raise typer.Exit(code)
 
 
@@ -101,8 +101,9 @@ class Repl:
     """Reads lines (a prompt with readline in a terminal, plain lines from a pipe) and runs each as a command or
     a turn. run() returns the exit code: 0; from a pipe 1 if any line was refused, 130 after Ctrl-C."""
 
-    def __init__(self, session, interactive: bool):
+    def __init__(self, session, interactive: bool, preload=None):
         self.session, self.interactive = session, interactive
+        self.preload = preload  # the kernels loaded before their first launch (load/preload.py), for /stats
         self.refused = 0  # lines that ended in an error (piped input exits 1 at the end if any)
         self.interrupted = False  # piped input stopped by Ctrl-C (exit code 130)
         self.commands = {"/reset": self._reset, "/system": self._system, "/stats": self._stats, "/save": self._save,
@@ -187,8 +188,9 @@ class Repl:
         s = self.session.stats()
         tps, ttft = s["last_tokens_per_s"], s["last_ttft_s"]
         last = "n/a" if ttft is None else f"{f'{tps:.1f} tok/s' if tps else 'n/a'}, ttft {ttft * 1e3:.1f} ms"
+        preloaded = f"; {self.preload.loaded} kernels preloaded" if self.preload else ""
         print(f"turns {s['turns']}; context {s['context_tokens']}/{s['context_size']} tokens; last reply {last}; "
-              f"{s['total_generated']} tokens generated", flush=True)
+              f"{s['total_generated']} tokens generated{preloaded}", flush=True)
 
     def _save(self, arg: str) -> None:
         from llamafast.formats.files import write_atomically  # llamafast.formats imports torch: not for --help
