@@ -23,7 +23,7 @@ from llamafast.quant import FP8Format
 LAYER_START, EPILOGUE_START = "rmsnorm_qkv_rope", "rmsnorm_lm_head"
 # Kernels that run more than once per layer, named by their turn.
 TURNS = {"linear_residual": ["linear_residual[wo]", "linear_residual[w2]"]}
-# Ops whose bytes the registry counts under another name (the merge kernel moves next to nothing).
+# Ops whose bytes the registry counts under another name (the split kernel merges too: its bytes are attention's).
 BYTES_AS = {"decode_attention_split": "decode_attention"}
 
 

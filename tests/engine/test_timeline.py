@@ -12,12 +12,12 @@ from llamafast.load import load_model
 
 from ..conftest import requires_cuda
 
-LAYER = ["_rmsnorm_qkv_rope_kernel", "_decode_attention_split_kernel", "_decode_attention_merge_kernel",
-         "_linear_residual_kernel", "_rmsnorm_swiglu_kernel", "_linear_residual_kernel"]
+LAYER = ["_rmsnorm_qkv_rope_kernel", "_decode_attention_split_kernel", "_linear_residual_kernel",
+         "_rmsnorm_swiglu_kernel", "_linear_residual_kernel"]
 
 
 def _step(t0: float, layers: int, us: float = 10.0, gap: float = 2.0) -> list[Kernel]:
-    """An embedding lookup, `layers` layers of 6 kernels, the LM head and a sampling kernel: each kernel us long,
+    """An embedding lookup, `layers` layers of 5 kernels, the LM head and a sampling kernel: each kernel us long,
     each gap before one `gap` long."""
     names = ["void at::native::index_elementwise_kernel<128, 4>(int, F)"] + LAYER * layers
     names += ["_rmsnorm_lm_head_kernel", "void at::native::reduce_kernel<512, 1>(R)"]
@@ -39,17 +39,17 @@ def test_summary_labels_ops_by_layer_and_turn():
     t = summarize(steps, lambda op: 11_000_000 if op == "linear_residual[w2]" else 0, copy_bw_gb_s=2000.0)
     rows = {(r.op, r.segment): r for r in t.ops}
     assert [r.op for r in t.ops] == ["index_elementwise", "rmsnorm_qkv_rope", "decode_attention_split",
-                                     "decode_attention_merge", "linear_residual[wo]", "rmsnorm_swiglu",
+                                     "linear_residual[wo]", "rmsnorm_swiglu",
                                      "linear_residual[w2]", "rmsnorm_lm_head", "reduce"]
     assert rows[("rmsnorm_qkv_rope", "layer")].calls == 3 and rows[("reduce", "epilogue")].calls == 1
     w2 = rows[("linear_residual[w2]", "layer")]
     assert w2.us == pytest.approx(11.0) and w2.gap_us == pytest.approx(2.0)
     assert w2.gb_s == pytest.approx(1000.0) and w2.fraction_of_copy_bw == pytest.approx(0.5)
     assert rows[("index_elementwise", "prologue")].gap_us == 0.0  # nothing runs before a step's first kernel
-    n = 1 + 6 * 3 + 2
+    n = 1 + 5 * 3 + 2
     assert t.kernel_us == pytest.approx(n * 11.0)
     assert t.gap_us == pytest.approx((n - 1) * 2.0)
-    assert t.layer_us == pytest.approx(6 * 13.0)  # six kernels and the gap after each, to the next layer's start
+    assert t.layer_us == pytest.approx(5 * 13.0)  # five kernels and the gap after each, to the next layer's start
 
 
 @pytest.mark.gpu

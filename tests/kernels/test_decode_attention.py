@@ -41,9 +41,9 @@ def test_ignores_positions_past_length(tiny_config):
 
 @pytest.mark.parametrize("config", SHAPES)
 @pytest.mark.parametrize("where", ["first", "2splits+block+5", "full"])
-def test_fused_merge_matches_reference(config, where):
-    """The merge done by each KV head's last split program (fused_merge=True), twice in a row through the same
-    tickets, which every call leaves at zero."""
+def test_merge_by_the_last_split_matches_reference(config, where):
+    """The merge done by each KV head's last split program, twice in a row through the same tickets, which every
+    call leaves at zero."""
     from llamafast.kernels.decode_attention import tickets
 
     cfg = attention_config(config.n_kv_heads, config.n_heads // config.n_kv_heads)
@@ -52,6 +52,6 @@ def test_fused_merge_matches_reference(config, where):
     pos = torch.tensor(min(length, SMAX) - 1, device=DEVICE)
     want = SPEC.reference(q, k_cache, v_cache, pos)
     for _ in range(2):
-        torch.testing.assert_close(SPEC.kernel(q, k_cache, v_cache, pos, fused_merge=True), want,
+        torch.testing.assert_close(SPEC.kernel(q, k_cache, v_cache, pos), want,
                                    **tolerance(torch.float32))
         assert not tickets(q.device, config.n_kv_heads).any()
