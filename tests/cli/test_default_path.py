@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.gpu, requires_cuda, pytest.mark.slow]
 # 4 layers of dim 1024 (GQA 4:1, FFN 2816) in bf16: 90 MB of weights per token, past tuning's 64 MiB floor
 # (llamafast/tuning MIN_BYTES); the bundled tokenizer's 512 pieces; a context that holds a 2,048-token prompt.
 CONFIG = ModelConfig(dim=1024, n_layers=4, n_heads=16, n_kv_heads=4, vocab_size=512, multiple_of=256, max_seq_len=4096)
-STORY = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+STORY = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "  # 31 tokens
 NEW = 16
 
 
@@ -83,7 +83,7 @@ def assert_reference_choices(model, prompt_ids: list[int], token_ids: list[int])
 
 def test_generate_twice_tunes_once_then_preloads(checkpoint, reference, tmp_path):
     prompt = tmp_path / "prompt.txt"
-    prompt.write_text(STORY * 130)
+    prompt.write_text(STORY * 70)
     env = _fresh_env(tmp_path)
     args = ["generate", "--model", str(checkpoint), "--prompt-file", str(prompt), "--temperature", "0",
             "--max-new-tokens", str(NEW), "--json"]
@@ -102,7 +102,7 @@ def test_two_turn_chat_twice_tunes_once_then_preloads(checkpoint, reference, tmp
     runs = []
     for i in range(2):
         transcript = tmp_path / f"chat{i}.json"
-        lines = f"{STORY * 130}\nAnd then?\n/stats\n/save {transcript}\n"
+        lines = f"{STORY * 70}\nAnd then?\n/stats\n/save {transcript}\n"
         done = _run(["chat", "--model", str(checkpoint), "--temperature", "0", "--max-new-tokens", str(NEW)], env,
                     lines)
         preloaded = int(re.search(r"(\d+) kernels preloaded", done.stdout).group(1))
