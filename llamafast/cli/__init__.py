@@ -14,11 +14,13 @@ import typer
 
 from llamafast.cli.bench import bench
 from llamafast.cli.chat import chat
+from llamafast.cli.common import clean_errors
 from llamafast.cli.convert import convert_fp8
 from llamafast.cli.eval import eval_command
 from llamafast.cli.generate import generate
 from llamafast.cli.info import info
 from llamafast.cli.sparsify import sparsify
+from llamafast.cli.tp import refuse_under_torchrun
 
 
 class _Commands(typer.core.TyperGroup):
@@ -59,10 +61,13 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
+    ctx: typer.Context,
     show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                help="Print the version and exit.")] = False,
 ):
     """llamafast: Llama 2 at batch 1, as fast as the GPU's memory allows."""
+    with clean_errors():
+        refuse_under_torchrun(ctx.invoked_subcommand)
 
 
 app.command()(bench)

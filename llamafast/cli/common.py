@@ -64,8 +64,12 @@ def clean_errors():
 
 
 def fail(message: str) -> NoReturn:
-    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    print_error(message)
     raise typer.Exit(1) from None
+
+
+def print_error(message: str) -> None:
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
 
 
 def preset(path: Path | None) -> RunConfig:

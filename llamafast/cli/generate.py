@@ -19,7 +19,9 @@ from llamafast.cli.common import (
     clean_errors, device_or_default, err, path_or, pick, preset, progress_bar, read_prompt, sampling_config,
     tune_decode,
 )
-from llamafast.cli.tp import TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, on_every_rank, shared_seed, tensor_parallel
+from llamafast.cli.tp import (
+    TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, on_every_rank, on_rank0, shared_seed, tensor_parallel,
+)
 from llamafast.config import FP8Format, SparseMode, TPComm
 from llamafast.errors import LlamafastError
 
@@ -55,32 +57,21 @@ def generate(
     from llamafast import STARTED
     from llamafast.generate import Engine
     from llamafast.generate import generate as generate_text
-    from llamafast.load import load_model, open_model
+    from llamafast.load import load_model
     from llamafast.load.preload import preloading
 
     phases = {"import_s": time.perf_counter() - STARTED}  # llamafast's first import to here: torch and the rest
     with clean_errors(), tensor_parallel(tp, device) as ranks, contextlib.ExitStack() as stack:
-        run = preset(config)
-        run.refuse_unused("generate", GENERATE_KEYS)
-        sampling = sampling_config(run, temperature, top_k, top_p, repetition_penalty, seed)
-        max_new = pick(max_new_tokens, run.max_new_tokens)
-        if max_new < 1:
-            raise LlamafastError("--max-new-tokens must be at least 1")
-        if system is not None and not chat:
-            raise LlamafastError("--system applies only with --chat")
-        text = read_prompt(prompt, prompt_file)
+        run, sampling, max_new = on_every_rank(ranks, lambda: _options(
+            config, temperature, top_k, top_p, repetition_penalty, seed, max_new_tokens, chat, system))
+        text = on_rank0(ranks, lambda: read_prompt(prompt, prompt_file))
         dev = ranks.device if ranks else device_or_default(pick(device, run.device))
         phases["init_s"] = _init_device(dev)
-        check_tp_backend(ranks, pick(backend, run.backend))
-        opened = on_every_rank(ranks, lambda: open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer)))
+        opened, ids, sparse = on_every_rank(ranks, lambda: _open(
+            run, model, tokenizer, text, chat, system, max_new, sparsity, sparse_mode, backend, ranks))
         tok = opened.tokenizer
-        ids = tok.chat(text, system) if chat else tok.encode(text)
-        check_context(len(ids), max_new, opened.config.max_seq_len)  # refused before any weights load
-        sparse = check_sparsity(opened, sparsity, sparse_mode)
         if not text and not json_out:
             err.print("[dim]empty prompt: generating from the beginning-of-sequence token alone[/dim]")
-        if ranks and sparse:
-            raise LlamafastError("--tp does not run sparsified checkpoints")
         preload = stack.enter_context(preloading(opened.config, pick(dtype, run.dtype), fp8_format if fp8 else None,
                                                  pick(backend, run.backend), dev, ranks, warn=_warn))
         with progress_bar() as update:
@@ -114,6 +105,33 @@ def generate(
             f"decode {f'{tps:.1f} tok/s' if tps else 'n/a'}; {lm.backend.value}, {lm.weights} weights, on {dev}"
             f"{sparse_note}[/dim]"
         )
+
+
+def _options(config, temperature, top_k, top_p, repetition_penalty, seed, max_new_tokens, chat, system):
+    """The run preset, sampling and token count, checked (on every rank alike under tensor parallelism)."""
+    run = preset(config)
+    run.refuse_unused("generate", GENERATE_KEYS)
+    sampling = sampling_config(run, temperature, top_k, top_p, repetition_penalty, seed)
+    max_new = pick(max_new_tokens, run.max_new_tokens)
+    if max_new < 1:
+        raise LlamafastError("--max-new-tokens must be at least 1")
+    if system is not None and not chat:
+        raise LlamafastError("--system applies only with --chat")
+    return run, sampling, max_new
+
+
+def _open(run, model, tokenizer, text, chat, system, max_new, sparsity, sparse_mode, backend, ranks):
+    """The checkpoint opened, the prompt's token ids and the sparse run: all checked before any weights load."""
+    from llamafast.load import open_model
+
+    check_tp_backend(ranks, pick(backend, run.backend))
+    opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
+    ids = opened.tokenizer.chat(text, system) if chat else opened.tokenizer.encode(text)
+    check_context(len(ids), max_new, opened.config.max_seq_len)
+    sparse = check_sparsity(opened, sparsity, sparse_mode)
+    if ranks and sparse:
+        raise LlamafastError("--tp does not run sparsified checkpoints")
+    return opened, ids, sparse
 
 
 def _sparse_record(model) -> dict:

@@ -71,12 +71,14 @@ class SymmComm(NcclComm):
 
 def make_comm(kind: TPComm, ranks: Ranks, config, vocab_sharded: bool, backend_step: str):
     """The communication for a model of `config` sharded over `ranks`: symm needs the triton backend on GPUs
-    with peer access; where that is missing the run falls back to NCCL and says why (returned as a note)."""
+    with peer access; where that is missing the run falls back to the all-reduces of `nccl` and says why, naming
+    the process group's backend that runs them (gloo on the CPU), in the note returned."""
     if kind == TPComm.nccl:
         return NcclComm(ranks, vocab_sharded), None
     reason = symm_unavailable(ranks, backend_step)
     if reason:
-        return NcclComm(ranks, vocab_sharded), f"--tp-comm symm unavailable ({reason}); using nccl"
+        backend = dist.get_backend(ranks.group)
+        return NcclComm(ranks, vocab_sharded), f"--tp-comm symm unavailable ({reason}); using {backend} all-reduces"
     return SymmComm(ranks, vocab_sharded, config.n_layers, config.dim, config.vocab_size), None
 
 

@@ -2,14 +2,16 @@
 
 A rank learns its place from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK). Collectives get a timeout,
 and every step that can fail on one rank alone (opening and loading the checkpoint) ends in `agree`, where the
-ranks exchange their errors over a CPU (gloo) group, so that every rank stops with the same one-line error and
-exit status instead of waiting for a peer that has already gone. Imported only when a run is tensor parallel.
+ranks exchange their errors over a CPU (gloo) group, so that every rank stops with the same error (a SharedError,
+which rank 0 alone prints) and exit status instead of waiting for a peer that has already gone. Imported only when a run is tensor parallel.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
@@ -17,14 +19,14 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-from llamafast.errors import LlamafastError
+from llamafast.errors import LlamafastError, SharedError
 from llamafast.tp.shard import Shard
 
 T = TypeVar("T")
 
 # NVLink multicast stays off on the lent machines (KERNELS.md); set before any CUDA work.
 _ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-TIMEOUT = timedelta(seconds=int(os.environ.get("LLAMAFAST_TP_TIMEOUT", "60")))
+TIMEOUT_VAR, DEFAULT_TIMEOUT_S = "LLAMAFAST_TP_TIMEOUT", 60
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Ranks:
 
 def setup(device_name: str | None) -> Ranks:
     """Joins the torchrun job: the GPU LOCAL_RANK (or the CPU with gloo), the process groups."""
+    wait = timeout()  # before any rank waits on another
     for key, value in _ENV.items():
         os.environ.setdefault(key, value)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -54,9 +57,38 @@ def setup(device_name: str | None) -> Ranks:
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         kw = {"device_id": device} if on_gpu else {}
-        dist.init_process_group("nccl" if on_gpu else "gloo", timeout=TIMEOUT, **kw)
-    control = dist.new_group(backend="gloo", timeout=TIMEOUT) if on_gpu else dist.group.WORLD
+        dist.init_process_group("nccl" if on_gpu else "gloo", timeout=wait, **kw)
+    control = dist.new_group(backend="gloo", timeout=wait) if on_gpu else dist.group.WORLD
     return Ranks(Shard(rank, world), device, dist.group.WORLD, control)
+
+
+def timeout() -> timedelta:
+    """How long a collective waits for a rank that has gone: LLAMAFAST_TP_TIMEOUT, a positive number of seconds
+    (fractions too). torchrun gives every rank the same environment, so every rank refuses a bad value alike."""
+    text = os.environ.get(TIMEOUT_VAR, str(DEFAULT_TIMEOUT_S))
+    try:
+        return timedelta(seconds=_positive(float(text)))
+    except (ValueError, OverflowError):
+        raise SharedError(f"{TIMEOUT_VAR}={text!r}: expected a positive number of seconds, such as 30 or 2.5 "
+                          f"(default {DEFAULT_TIMEOUT_S})") from None
+
+
+def _positive(seconds: float) -> float:
+    if not 0 < seconds < math.inf:  # nan too
+        raise ValueError(seconds)
+    return seconds
+
+
+def same_arguments(ranks: Ranks, args: Sequence[str]) -> None:
+    """Every rank runs one command: ranks started with different arguments (a wrapper giving each its own
+    prompt or token count) would disagree on shapes and steps and wait on each other until the timeout."""
+    digest = hashlib.sha256("\0".join(args).encode("utf-8", "surrogateescape")).hexdigest()
+    digests: list[str | None] = [None] * ranks.shard.world
+    dist.all_gather_object(digests, digest, group=ranks.control)
+    others = [r for r, d in enumerate(digests) if d != digests[0]]
+    if others:
+        raise SharedError(f"the ranks were started with different arguments (rank {others[0]}'s differ from rank "
+                          "0's); start every rank with the same command, as torchrun does")
 
 
 def agree(ranks: Ranks, step: Callable[[], T]) -> T:
@@ -73,8 +105,25 @@ def agree(ranks: Ranks, step: Callable[[], T]) -> T:
     failed = [(r, e) for r, e in enumerate(errors) if e is not None]
     if failed:
         rank, message = failed[0]
-        raise LlamafastError(message if rank == ranks.shard.rank else f"rank {rank} failed: {message}")
+        raise SharedError(message if rank == 0 else f"rank {rank} failed: {message}")
     return result
+
+
+def from_leader(ranks: Ranks, step: Callable[[], T]) -> T:
+    """Runs step on rank 0 alone (only it has standard input; a file may exist only beside it) and gives every
+    rank its result, or its error."""
+    box: list = [None, None]
+    if ranks.leader:
+        try:
+            box[0] = step()
+        except LlamafastError as e:
+            box[1] = str(e)
+        except Exception as e:  # the other ranks still learn of it, and stop with rank 0
+            box[1] = f"{type(e).__name__}: {e}"
+    dist.broadcast_object_list(box, src=0, group=ranks.control)
+    if box[1] is not None:
+        raise SharedError(box[1])
+    return box[0]
 
 
 def same_on_every_rank(ranks: Ranks, value: T) -> T:

@@ -41,6 +41,7 @@ class Case:
     needle: str
     stdin: str | bytes | None = None
     needs: Path | None = None  # test data the case reads from ../shared
+    env: dict[str, str | None] | None = None  # environment variables set (None: unset) while the command runs
 
     @property
     def id(self) -> str:
@@ -66,6 +67,8 @@ def _hf(tmp: Path, **config_changes) -> Path:
 
 
 _DROP = object()
+# Rank 0's environment of a two-rank torchrun (nothing listens at the port: a case is refused before connecting).
+RANK0_OF_2 = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29599"}
 
 
 def _meta(tmp: Path, **param_changes) -> Path:
@@ -348,6 +351,16 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case(GENERATE, "--tp 0", lambda t: ["hi", "--tp", "0"], "at least 1"),
         Case("bench", "--tp-comm without tensor parallelism", lambda t: [*BENCH, "--tp-comm", "nccl"],
              "only to a tensor-parallel run"),
+        Case(GENERATE, "WORLD_SIZE without RANK, MASTER_ADDR and MASTER_PORT (not torchrun)", lambda t: ["hi"],
+             "torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
+             env={"WORLD_SIZE": "2", "RANK": None, "MASTER_ADDR": None, "MASTER_PORT": None}),
+        *[Case(GENERATE, f"LLAMAFAST_TP_TIMEOUT={value} under torchrun", lambda t: ["hi"],
+               f"LLAMAFAST_TP_TIMEOUT='{value}': expected a positive number of seconds",
+               env={**RANK0_OF_2, "LLAMAFAST_TP_TIMEOUT": value}) for value in ("soon", "0", "-5", "nan")],
+        Case("convert-fp8", "under torchrun", lambda t: [str(bundled_model()), str(t / "out")],
+             "convert-fp8 does not run under torchrun", env=RANK0_OF_2),
+        Case("chat", "under torchrun", lambda t: [], "chat does not run under torchrun", stdin="hi\n", env=RANK0_OF_2),
+        Case("info", "under torchrun", lambda t: [], "info does not run under torchrun", env=RANK0_OF_2),
     ],
 }
 CASES = [case for cases in CASES_BY_GROUP.values() for case in cases]
