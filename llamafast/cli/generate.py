@@ -17,7 +17,7 @@ from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
     SparseModeOpt, SparsityOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, check_context, check_sparsity,
     clean_errors, device_or_default, err, path_or, pick, preset, progress_bar, read_prompt, sampling_config,
-    tune_decode,
+    tune_decode, utf8_options,
 )
 from llamafast.cli.tp import TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, on_every_rank, shared_seed, tensor_parallel
 from llamafast.config import FP8Format, SparseMode, TPComm
@@ -69,6 +69,7 @@ def generate(
         if system is not None and not chat:
             raise LlamafastError("--system applies only with --chat")
         text = read_prompt(prompt, prompt_file)
+        utf8_options(system, stop)
         dev = ranks.device if ranks else device_or_default(pick(device, run.device))
         phases["init_s"] = _init_device(dev)
         check_tp_backend(ranks, pick(backend, run.backend))

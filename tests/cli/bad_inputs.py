@@ -232,11 +232,16 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case(GENERATE, "prompt plus --max-new-tokens beyond the context",
              lambda t: ["Once upon a time " * 100, "--max-new-tokens", "256"], "--max-new-tokens"),
         Case(GENERATE, "--system without --chat", lambda t: ["hi", "--system", "Be brief."], "--system"),
+        # Python hands over argument bytes that are not UTF-8 (`generate $'caf\xe9'`) as lone surrogates.
+        Case(GENERATE, "a PROMPT argument that is not UTF-8", lambda t: ["caf\udce9"], "PROMPT is not UTF-8"),
+        Case(GENERATE, "a --system argument that is not UTF-8", lambda t: ["hi", "--chat", "--system", "\udcff"],
+             "the byte 0xff"),
     ],
     "Options": [
         *[Case(GENERATE, f"{flag} {value}", lambda t, f=flag, v=value: ["hi", f, v], flag) for flag, value in [
             ("--top-p", "0"), ("--top-p", "1.5"), ("--temperature", "-1"), ("--temperature", "inf"), ("--top-k", "-1"),
-            ("--repetition-penalty", "0"), ("--repetition-penalty", "inf"), ("--max-new-tokens", "0"),
+            ("--repetition-penalty", "0"), ("--repetition-penalty", "inf"), ("--repetition-penalty", "1e-300"),
+            ("--repetition-penalty", "1000"), ("--max-new-tokens", "0"),
             ("--seed", str(2**64)), ("--seed", str(-(2**63) - 1)),
         ]],
         Case(GENERATE, "--dtype with an unknown value", lambda t: ["hi", "--dtype", "unknown"], "--dtype"),
@@ -249,6 +254,9 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
     "Run presets": [
         Case(GENERATE, "--config naming a directory", lambda t: ["hi", "--config", str(t)], "is a directory"),
         Case(GENERATE, "--config naming no file", lambda t: ["hi", "--config", str(t / "nope.toml")], "not found"),
+        Case(GENERATE, "--config naming a missing file named like a bundled preset",
+             lambda t: ["hi", "--config", str(t / "no" / "greedy.toml")], "not found"),
+        Case(GENERATE, "--config naming no bundled preset", lambda t: ["hi", "--config", "greedier"], "greedy"),
         Case(GENERATE, "a preset that is not TOML", lambda t: ["hi", "--config", str(_preset(t, "x = = 1"))],
              "not valid TOML"),
         Case(GENERATE, "a preset that is not UTF-8", lambda t: ["hi", "--config", str(_preset(t, b"x = '\xe9'"))],
@@ -307,6 +315,12 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("eval", "an unknown --variant", lambda t: ["--variant", "fp9"], "choose from"),
         Case("eval", "--tokens beyond the context", lambda t: ["--tokens", "600"], "context is 512"),
         Case("eval", "a --text file of one token", lambda t: ["--text", str(_file(t, "one.txt", b""))], "nothing to score"),
+        Case("eval", "a --text file that does not exist", lambda t: ["--text", str(t / "nope.txt")], "cannot read --text"),
+        Case("eval", "a --text file that is not UTF-8", lambda t: ["--text", str(_file(t, "t.txt", b"caf\xe9"))],
+             "--text"),
+        Case("eval", f"--seed {2**64}", lambda t: ["--seed", str(2**64)], "--seed"),
+        Case("eval", "a --seed whose last prompt's seed is past the range",
+             lambda t: ["--seed", str(2**64 - 1), "--prompts", "2"], "--seed"),
     ],
     "sparsify and --sparsity": [
         Case("sparsify", "a calibration text too short",
@@ -317,6 +331,9 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("sparsify", "a group size that is not a power of two", lambda t: _sparsify_args(t, "--group-size", "3"),
              "power of two"),
         Case("sparsify", "--sparsity beyond 0.95", lambda t: _sparsify_args(t, "--sparsity", "0.99"), "[0, 0.95]"),
+        *[Case("sparsify", f"--group-size {g}", lambda t, g=g: _sparsify_args(t, "--group-size", g),
+               "positive power of two") for g in ("0", "-4")],
+        Case("sparsify", f"--seed {2**64}", lambda t: _sparsify_args(t, "--seed", str(2**64)), "--seed"),
         Case("sparsify", "a checkpoint that is already sparsified",
              lambda t: [str(_sparsified(t)), str(t / "again"), "--text", str(CALIBRATION)], "already sparsified"),
         Case(GENERATE, "--sparsity on a checkpoint without routers", lambda t: ["hi", "--sparsity", "0.5"],
@@ -328,6 +345,7 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
              "comma-separated numbers"),
         Case("bench", "--sparse-mode without --sparsity", lambda t: [*BENCH, "--sparse-mode", "gate"], "only with --sparsity"),
         Case("eval", "--sparsity on a checkpoint without routers", lambda t: ["--sparsity", "0.5"], "has no routers"),
+        Case("eval", "--sparse-mode without --sparsity", lambda t: ["--sparse-mode", "gate"], "only with --sparsity"),
     ],
     "bench and info": [
         Case("bench", "--random-weights without --shape", lambda t: ["--random-weights"], "--shape"),
