@@ -134,14 +134,33 @@ def _converted(tmp: Path) -> Path:
     return tmp / "fp8"
 
 
-def _gguf(tmp: Path, kind: str = "F32", arch: str = "llama", chat_template: str | None = None) -> Path:
+def _gguf(tmp: Path, kind: str = "F32", arch: str = "llama", chat_template: str | int | None = None,
+          **special: int | None) -> Path:
     from llamafast.config import ModelConfig
 
     from ..gguf_models.gguf_files import write_gguf
 
     config = ModelConfig(**{**SMALL, "multiple_of": 32})  # rows of whole 32-value quant blocks
-    write_gguf(tmp / "m.gguf", config, meta_state(config), kind, arch, chat_template)
+    write_gguf(tmp / "m.gguf", config, meta_state(config), kind, arch, chat_template, special=special)
     return tmp / "m.gguf"
+
+
+def _hf_tokenizer_config(tmp: Path, config: dict | None) -> Path:
+    """A Hugging Face checkpoint with a working tokenizer.json (a GGUF file's byte-level vocabulary) and this
+    tokenizer_config.json (None: none)."""
+    from llamafast.load import open_model
+
+    tok = open_model(_gguf(tmp), None).tokenizer
+    folder = _hf(tmp)
+    (folder / "tokenizer.model").unlink()
+    tok.tok.save(str(folder / "tokenizer.json"))
+    if config is not None:
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _chat(template) -> Callable[[Path], list[str]]:
+    return lambda t: ["hi", "--chat", "--model", str(_gguf(t, chat_template=template))]
 
 
 def _hf_json_tokenizer(tmp: Path, data: bytes) -> Path:
@@ -310,6 +329,27 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case(GENERATE, "a chat template that fails to render",
              lambda t: ["hi", "--chat", "--model", str(_gguf(t, chat_template="{{ raise_exception('no chat') }}"))],
              "chat template failed to render"),
+        Case(GENERATE, "a chat template that divides by zero", _chat("{{ 1 // 0 }}"), "ZeroDivisionError"),
+        Case(GENERATE, "a chat template that adds a number to a string", _chat('{{ "a" + 5 }}'), "TypeError"),
+        Case(GENERATE, "a chat template looping 100 million times", _chat("{% for i in range(100000000) %}{% endfor %}"),
+             "range"),
+        Case(GENERATE, "a GGUF chat_template that is a number", _chat(5), "tokenizer.chat_template must be"),
+        Case(GENERATE, "a tokenizer_config.json chat_template that is a number",
+             lambda t: M(_hf_tokenizer_config(t, {"eos_token": "<|endoftext|>", "chat_template": 5})),
+             "chat_template must be"),
+        Case(GENERATE, "a chat_template list without a default",
+             lambda t: M(_hf_tokenizer_config(t, {"eos_token": "<|endoftext|>",
+                                                  "chat_template": [{"name": "tool_use", "template": "x"}]})),
+             'no template named "default"'),
+        Case(GENERATE, "a GGUF without tokenizer.ggml.eos_token_id", lambda t: M(_gguf(t, eos=None)), "eos_token_id"),
+        Case(GENERATE, "a GGUF whose bos_token_id is outside its vocabulary", lambda t: M(_gguf(t, bos=512)),
+             "outside its vocabulary of 512"),
+        Case(GENERATE, "a tokenizer.json without tokenizer_config.json", lambda t: M(_hf_tokenizer_config(t, None)),
+             "no tokenizer_config.json"),
+        Case(GENERATE, "a tokenizer_config.json without eos_token", lambda t: M(_hf_tokenizer_config(t, {})),
+             "names no eos_token"),
+        Case(GENERATE, "a tokenizer_config.json whose eos_token is not in the vocabulary",
+             lambda t: M(_hf_tokenizer_config(t, {"eos_token": "</s>"})), "'</s>' is not in the vocabulary"),
     ],
     "eval": [
         Case("eval", "an unknown --variant", lambda t: ["--variant", "fp9"], "choose from"),
