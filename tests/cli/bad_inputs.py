@@ -145,6 +145,19 @@ def _gguf(tmp: Path, kind: str = "F32", arch: str = "llama", chat_template: str 
     return tmp / "m.gguf"
 
 
+def _gguf_nan(tmp: Path) -> Path:
+    """A GGUF file with one NaN in layer 1's down projection (the rest is a working model)."""
+    from llamafast.config import ModelConfig
+
+    from ..gguf_models.gguf_files import write_gguf
+
+    config = ModelConfig(**{**SMALL, "multiple_of": 32})
+    state = meta_state(config)
+    state["layers.1.feed_forward.w2.weight"][3, 5] = float("nan")
+    write_gguf(tmp / "m.gguf", config, state, chat_template="{{ messages[-1]['content'] }}")  # chat needs one
+    return tmp / "m.gguf"
+
+
 def _hf_tokenizer_config(tmp: Path, config: dict | None) -> Path:
     """A Hugging Face checkpoint with a working tokenizer.json (a GGUF file's byte-level vocabulary) and this
     tokenizer_config.json (None: none)."""
@@ -344,6 +357,10 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case(GENERATE, "a GGUF without tokenizer.ggml.eos_token_id", lambda t: M(_gguf(t, eos=None)), "eos_token_id"),
         Case(GENERATE, "a GGUF whose bos_token_id is outside its vocabulary", lambda t: M(_gguf(t, bos=512)),
              "outside its vocabulary of 512"),
+        Case(GENERATE, "a GGUF with a NaN weight", lambda t: [*M(_gguf_nan(t)), "--max-new-tokens", "4"],
+             "layers.1.feed_forward.w2.weight holds NaN"),
+        Case("chat", "a GGUF with a NaN weight", lambda t: ["--model", str(_gguf_nan(t)), "--max-new-tokens", "4"],
+             "layers.1.feed_forward.w2.weight holds NaN", stdin="hi\n"),
         Case(GENERATE, "a tokenizer.json without tokenizer_config.json", lambda t: M(_hf_tokenizer_config(t, None)),
              "no tokenizer_config.json"),
         Case(GENERATE, "a tokenizer_config.json without eos_token", lambda t: M(_hf_tokenizer_config(t, {})),
