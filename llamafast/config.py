@@ -242,12 +242,26 @@ class SamplingConfig:
             (0 <= self.temperature < math.inf, "--temperature must be a finite number >= 0 (0 is greedy)"),
             (self.top_k >= 0, "--top-k must be >= 0"),
             (0 < self.top_p <= 1, "--top-p must be in (0, 1]"),
-            (0 < self.repetition_penalty < math.inf, "--repetition-penalty must be a finite number > 0"),
-            (self.seed is None or SEED_MIN <= self.seed <= SEED_MAX, f"--seed must be in [{SEED_MIN}, {SEED_MAX}]"),
+            (PENALTY_MIN <= self.repetition_penalty <= PENALTY_MAX,
+             f"--repetition-penalty must be in [{PENALTY_MIN:g}, {PENALTY_MAX:g}] (1 disables; above 1 discourages "
+             "repeats)"),
         ]
         for ok, message in checks:
             if not ok:
                 raise LlamafastError(message)
+        if self.seed is not None:
+            check_seed(self.seed)
 
 
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed accepts
+# The repetition penalty divides seen tokens' positive fp32 logits by it and multiplies their negative ones
+# (sampling.apply_repetition_penalty). Llama logits stay within about ±100, so a factor of at most 100 either way
+# keeps them near 1e4, far from fp32's 3.4e38, while 1e-300 rounds to 0 in fp32 and gives inf and NaN. CTRL's
+# paper uses 1.2 and typical runs 1.0 to 2.0: the range is wide for any real use.
+PENALTY_MIN, PENALTY_MAX = 0.01, 100.0
+
+
+def check_seed(seed: int, room: int = 0) -> None:
+    """A seed torch.manual_seed accepts; room: how many seeds after it the command also uses (seed + 1, ...)."""
+    if not SEED_MIN <= seed <= SEED_MAX - room:
+        raise LlamafastError(f"--seed must be in [{SEED_MIN}, {SEED_MAX - room}]")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from llamafast.config import SamplingConfig
+from llamafast.errors import LlamafastError
 from llamafast.model import Transformer
 from llamafast.prompt_graph import PromptGraphs
 from llamafast.sampling import sample
@@ -53,6 +54,7 @@ class Engine:
         # prefill sets it, each decode step adds the token it fed. Raised only after the work is queued, so a
         # KeyboardInterrupt mid-step leaves it short, never long (a chat reusing the cache relies on that).
         self.n_cached = 0
+        self.finite = False  # the first prompt's logits were checked and finite (check_finite)
         self._compiled = None
         self._graph: torch.cuda.CUDAGraph | None = None
         if self.mode == "graph" and device.type != "cuda":
@@ -82,8 +84,22 @@ class Engine:
         self.seen.zero_()
         self.seen[tokens] = True
         logits = self.prompt_logits(tokens[start:], start)
+        if not self.finite:
+            self.check_finite(logits)
         self._advance(sample(logits[0], self.seen, self.sampling, self.n_vocab), len(ids) - start)
         self.n_cached = len(ids)
+
+    def check_finite(self, logits: torch.Tensor) -> None:
+        """NaN or inf logits make every draw the same token (argmax of NaN is 0) forever: the first prompt's are
+        checked on the host, one sync per Engine; only when they fail are the weights scanned, to name the culprit."""
+        if bool(torch.isfinite(logits).all()):
+            self.finite = True
+            return
+        bad = first_non_finite(self.model)
+        raise LlamafastError(
+            f"the model's logits are NaN or inf after the prompt: its tensor {bad} holds NaN or inf values "
+            "(a corrupt checkpoint)" if bad else "the model's logits are NaN or inf after the prompt, though no weight "
+            "is: the activations overflow in this dtype (try --dtype float32)")
 
     @torch.no_grad()
     def prompt_logits(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
@@ -142,6 +158,15 @@ class Engine:
         self.token.copy_(nxt)
         self.seen.index_fill_(0, self.token, True)
         self.pos.add_(n)
+
+
+def first_non_finite(model: torch.nn.Module) -> str | None:
+    """The name of the first floating-point parameter or buffer holding NaN or inf, else None (FP8 weights are
+    int8 bit patterns: their scales are checked)."""
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return name
+    return None
 
 
 def _inductor_settings() -> None:

@@ -10,8 +10,8 @@ from rich.table import Table
 
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context,
-    clean_errors, device_or_default, emit_json, err, parse_floats, path_or, pick, preset, progress_bar, require_routers,
-    stdout_console, tune_decode,
+    clean_errors, device_or_default, emit_json, err, parse_floats, path_or, pick, preset, progress_bar,
+    refuse_mode_without_sparsity, require_routers, stdout_console, tune_decode,
 )
 from llamafast.cli.tp import TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, make_comms, on_every_rank, tensor_parallel
 from llamafast.config import MODEL_CONFIGS, Backend, DType, FP8Format, SparseMode, SparseRun, TPComm, model_config
@@ -126,9 +126,8 @@ BENCH_KEYS = {"model", "tokenizer", "shape", "random_weights", "device", "dtype"
 
 def _sparse_runs(sparsity: str | None, modes, group_size: int, source, dev) -> list[SparseRun] | None:
     """The sparse runs asked for (None: no --sparsity), checked before any weights load."""
+    refuse_mode_without_sparsity(sparsity, modes)
     if sparsity is None:
-        if modes:
-            raise LlamafastError("--sparse-mode applies only with --sparsity")
         return None
     from llamafast.formats.sparsify import check_group_size as _check_group
     from llamafast.load import resolve_backend

@@ -18,7 +18,7 @@ from rich.markup import escape
 from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
     TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors, device_or_default, err, path_or, pick, preset,
-    progress_bar, sampling_config, tune_decode,
+    progress_bar, sampling_config, tune_decode, utf8_argument, utf8_options,
 )
 from llamafast.config import FP8Format
 from llamafast.errors import LlamafastError
@@ -33,7 +33,8 @@ HELP = """\
 /stats          turns, context used, speed of the last reply, kernels preloaded at start
 /save FILE      write the transcript (messages, sampling, each reply's numbers) as JSON
 /exit, /quit    leave (Ctrl-D at the prompt too)
-/help           this list"""
+/help           this list
+//TEXT          send /TEXT as a message (a line starting with a single / is a command)"""
 
 
 def chat(
@@ -67,6 +68,7 @@ def chat(
         run = preset(config)
         run.refuse_unused("chat", GENERATE_KEYS)
         sampling = sampling_config(run, temperature, top_k, top_p, repetition_penalty, seed)
+        utf8_options(system, stop)
         max_new = pick(max_new_tokens, run.max_new_tokens)
         dev = device_or_default(pick(device, run.device))
         opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
@@ -127,31 +129,45 @@ class Repl:
         return 130 if self.interrupted else 1 if self.refused else 0
 
     def _lines(self):
-        """Non-empty input lines, stripped; ends at end of input (and, in a terminal, at Ctrl-C or Ctrl-D)."""
+        """Non-empty input lines, stripped; ends at end of input (and, in a terminal, at Ctrl-C or Ctrl-D). A line
+        that is not UTF-8 is refused and the session goes on."""
         while True:
             try:
-                line = input("> ") if self.interactive else _read_piped_line()
+                line = self._read_line()
             except (EOFError, KeyboardInterrupt):
                 if not self.interactive:
                     raise  # Ctrl-C from the shell while a pipe is read: exit code 130
                 _write("\n")  # the shell's prompt on a line of its own
                 return
-            except UnicodeDecodeError as e:
-                self._error(f"input is not UTF-8 text (byte 0x{e.object[e.start]:02x}); line skipped")
+            except LlamafastError as e:
+                self._error(f"{e}; line skipped")
                 continue
             if line is None:
                 return
             if line.strip():
                 yield line.strip()
 
+    def _read_line(self) -> str | None:
+        """One line, checked to be UTF-8: a terminal's input() either raises on bad bytes or, when the locale is
+        C or UTF-8 mode is on, hands them over as lone surrogates (utf8_argument), which no tokenizer encodes."""
+        try:
+            line = input("> ") if self.interactive else _read_piped_line()
+        except UnicodeDecodeError as e:
+            raise LlamafastError(f"input is not UTF-8 text: byte 0x{e.object[e.start]:02x}") from None
+        return None if line is None else utf8_argument(line, "input")
+
     def _handle(self, line: str) -> bool:
-        """Runs one line; False ends the session."""
+        """Runs one line; False ends the session. A command is a known /word alone or followed by a space; any
+        other line that starts with one / is refused (a mistyped command is not sent to the model), and // sends
+        the rest of the line, from its second /, as a message."""
+        if line.startswith("//"):
+            return self._turn(line[1:])
         if not line.startswith("/"):
             return self._turn(line)
         name, _, arg = line.partition(" ")
         command = self.commands.get(name)
         if command is None:
-            self._error(f"unknown command {name}; /help lists the commands")
+            self._error("unknown command, type /help; start with // to send a message beginning with /")
             return True
         return command(arg.strip()) is not False
 

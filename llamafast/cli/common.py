@@ -16,7 +16,9 @@ from typing import Annotated, NoReturn, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+from rich.progress import (
+    BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TimeRemainingColumn, TransferSpeedColumn,
+)
 
 from llamafast.config import Backend, DType, FP8Format, SamplingConfig, SparseMode, SparseRun
 from llamafast.errors import LlamafastError
@@ -30,7 +32,7 @@ DeviceOpt = Annotated[Optional[str], typer.Option(help="cuda, cuda:N or cpu (def
 DTypeOpt = Annotated[Optional[DType], typer.Option(help="Activation and weight dtype (auto: the checkpoint's on CUDA, float32 on the CPU).")]
 SparsityOpt = Annotated[Optional[float], typer.Option(help="A sparsified checkpoint's (llamafast sparsify) fraction of FFN neuron groups skipped per decode token, 0..0.95; 0 runs the FFN dense [default: the one it was made with]. Prompts stay dense.")]
 SparseModeOpt = Annotated[SparseMode, typer.Option(help="How a sparse FFN picks groups: router (trained; gate, up and down skipped) or gate (the gate runs dense; up and down skipped).")]
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A TOML run preset: a file, or the name of one that ships with llamafast (chat, greedy, bench-7b, ...); options given here override it.")]
+ConfigOpt = Annotated[Optional[str], typer.Option("--config", help="A TOML run preset: the name of one that ships with llamafast (chat, greedy, bench-7b, ...), or a file's path (with a slash or ending in .toml: ./mine, mine.toml); options given here override it.")]
 # The sampling and backend options of the commands that generate (generate, chat).
 TemperatureOpt = Annotated[Optional[float], typer.Option(help="0 is greedy [default: 0.6].")]
 TopKOpt = Annotated[Optional[int], typer.Option(help="Sample from the k most likely tokens; 0 disables [default: 0].")]
@@ -72,8 +74,8 @@ def print_error(message: str) -> None:
     typer.echo(f"error: {' '.join(message.split())}", err=True)
 
 
-def preset(path: Path | None) -> RunConfig:
-    return load_preset(path) if path else RunConfig()
+def preset(value: str | None) -> RunConfig:
+    return load_preset(value) if value else RunConfig()
 
 
 def pick(value, default):
@@ -113,6 +115,26 @@ def progress_bar(description: str = "loading weights"):
             bar.stop()
 
 
+class phase_progress:
+    """Yields a (phase, done, total) callback that shows a rich bar of counted steps on stderr per phase
+    (sparsify: loading, calibrating, writing; eval: scoring)."""
+
+    def __enter__(self):
+        self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                            TimeRemainingColumn(), console=err, transient=True)
+        self.tasks: dict[str, int] = {}
+        self.bar.start()
+        return self.update
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        if phase not in self.tasks:
+            self.tasks[phase] = self.bar.add_task(phase, total=total)
+        self.bar.update(self.tasks[phase], completed=done, total=total)
+
+    def __exit__(self, *exc):
+        self.bar.stop()
+
+
 def device_or_default(name: str | None):
     from llamafast.load import resolve_device
 
@@ -145,6 +167,15 @@ def tune_decode(model, timer=None) -> None:
     err.print(f"[dim]tuned {len(done.launches)} kernel launches in {done.seconds:.1f} s[/dim]")
 
 
+# The most bytes read from a prompt file or standard input: Llama 2's 4,096-token context is some 16 KB of
+# English, and even a 128K-token context at 4 bytes a token is under 1 MiB, so 16 MiB is generous for any prompt
+# while `--prompt-file /dev/zero` stops at 16 MiB instead of filling the host's memory.
+MAX_PROMPT_BYTES = 16 << 20
+# The most bytes of a text file to score or calibrate on (eval --text, sparsify --text): they use the first
+# tokens only (16,384 by default), some 64 KB, so 256 MiB leaves room for large corpora and still bounds /dev/zero.
+MAX_TEXT_BYTES = 256 << 20
+
+
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     """The prompt from the argument, a file or standard input (`-`). Text from a file or standard input loses
     one trailing newline, the one `echo` and editors add; it must be UTF-8."""
@@ -155,17 +186,46 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if prompt is None:
         raise LlamafastError("no prompt: give PROMPT, --prompt-file, or - to read standard input")
     if prompt != "-":
-        return prompt
-    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
-    return _text(raw, "standard input")
+        return utf8_argument(prompt, "PROMPT")
+    stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
+    raw = stdin.read(MAX_PROMPT_BYTES + 1) if stdin else sys.stdin.read(MAX_PROMPT_BYTES + 1).encode()
+    return _text(_bounded(raw, MAX_PROMPT_BYTES, "standard input"), "standard input")
 
 
-def read_text_file(path: Path, option: str) -> str:
-    """A UTF-8 text file named by an option, less one trailing newline; unreadable or non-UTF-8 is one error."""
+def utf8_argument(text: str, name: str) -> str:
+    """A command-line argument as given. Python hands over bytes that are not UTF-8 as lone surrogates
+    (U+DC80..U+DCFF, one per byte), which no tokenizer can encode: refused here, naming the first such byte."""
     try:
-        return _text(path.read_bytes(), f"{option} {path}")
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(text[e.start])
+        byte = f"0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise LlamafastError(f"{name} is not UTF-8 text: character {e.start} is the byte {byte}") from None
+    return text
+
+
+def utf8_options(system: str | None, stop: list[str] | None) -> None:
+    """generate's and chat's text options, checked as utf8_argument checks PROMPT."""
+    for value, name in [(system, "--system"), *((text, "--stop") for text in stop or [])]:
+        if value is not None:
+            utf8_argument(value, name)
+
+
+def read_text_file(path: Path, option: str, limit: int = MAX_PROMPT_BYTES) -> str:
+    """A UTF-8 text file named by an option, less one trailing newline, of at most limit bytes; unreadable,
+    larger or non-UTF-8 is one error."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)  # /dev/zero and FIFOs have no size to check beforehand
     except OSError as e:
         raise LlamafastError(f"cannot read {option} {path}: {e.strerror}") from None
+    return _text(_bounded(raw, limit, f"{option} {path}"), f"{option} {path}")
+
+
+def _bounded(raw: bytes, limit: int, origin: str) -> bytes:
+    if len(raw) > limit:
+        raise LlamafastError(f"{origin} holds more than {limit >> 20} MiB; llamafast reads at most that much")
+    return raw
 
 
 def _text(raw: bytes, origin: str) -> str:
@@ -215,6 +275,12 @@ def check_sparsity(opened, sparsity: float | None, mode: SparseMode) -> SparseRu
         return None
     layout = layout or require_routers(opened.checkpoint, "--sparsity and --sparse-mode need")
     return SparseRun(layout.default if sparsity is None else sparsity, mode)
+
+
+def refuse_mode_without_sparsity(sparsity, modes) -> None:
+    """--sparse-mode picks how a sparse FFN runs: without --sparsity there is none, and it would be ignored."""
+    if sparsity is None and modes:
+        raise LlamafastError("--sparse-mode applies only with --sparsity")
 
 
 def require_routers(ckpt, what: str = "--sparsity needs"):

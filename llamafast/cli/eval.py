@@ -7,14 +7,16 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from llamafast.bench.prompts import PROMPTS, VARIANTS
 from llamafast.cli.common import (
-    DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, device_or_default, emit_json, pick, progress_bar,
-    parse_floats, read_prompt, require_routers, stdout_console,
+    MAX_TEXT_BYTES, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, device_or_default, emit_json, err,
+    parse_floats, phase_progress, pick, progress_bar, read_text_file, refuse_mode_without_sparsity, require_routers,
+    stdout_console,
 )
-from llamafast.config import Backend, DType, SparseMode, SparseRun
+from llamafast.config import Backend, DType, SparseMode, SparseRun, check_seed
 from llamafast.errors import LlamafastError
 
 
@@ -24,7 +26,7 @@ def eval_command(
     variant: Annotated[Optional[list[str]], typer.Option(help=f"Weights to compare with the base (repeatable): {', '.join(VARIANTS)} [default: fp8_e5m2 and fp8_e4m3].")] = None,
     text: Annotated[Optional[Path], typer.Option(help="Score this UTF-8 text file instead of text the base model samples.")] = None,
     prompts: Annotated[int, typer.Option(help=f"Sampled stream: how many of the {len(PROMPTS)} built-in prompts.")] = len(PROMPTS),
-    tokens: Annotated[int, typer.Option(help="Sampled stream: tokens the base model samples after each prompt.")] = 128,
+    tokens: Annotated[Optional[int], typer.Option(help="Sampled stream: tokens the base model samples after each prompt [default: 128]. With --text: the most tokens of the text scored, from its start [default: 16,384].")] = None,
     seed: Annotated[int, typer.Option(help="Sampled stream: the seed.")] = 0,
     window: Annotated[Optional[int], typer.Option(help="With --text: tokens per teacher-forced piece [default: 1024, or the context if shorter].")] = None,
     device: DeviceOpt = None,
@@ -36,10 +38,12 @@ def eval_command(
     out: Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file.")] = None,
 ):
     """Measure what other weights cost against the base model: perplexity, KL divergence, top-1 agreement."""
-    from llamafast.bench.quality import compare, make_variant, sampled_stream, sparse_variant, text_stream
+    from llamafast.bench.quality import TEXT_TOKENS, compare, make_variant, sampled_stream, sparse_variant, text_stream
     from llamafast.load import load_model, open_model
 
     with clean_errors():
+        refuse_mode_without_sparsity(sparsity, sparse_mode)
+        tokens = pick(tokens, 128 if text is None else TEXT_TOKENS)
         runs = [SparseRun(s, m) for m in (sparse_mode or list(SparseMode)) for s in parse_floats(sparsity, "--sparsity")]
         names = variant or ([] if runs else ["fp8_e5m2", "fp8_e4m3"])
         unknown = [n for n in names if n not in VARIANTS]
@@ -47,6 +51,7 @@ def eval_command(
             raise LlamafastError(f"--variant {unknown[0]}: choose from {', '.join(VARIANTS)}")
         if not 1 <= prompts <= len(PROMPTS) or tokens < 1 or (window is not None and window < 2):
             raise LlamafastError(f"--prompts must be 1..{len(PROMPTS)}, --tokens at least 1, --window at least 2")
+        check_seed(seed, room=prompts - 1)  # prompt i samples with seed + i
         dev = device_or_default(device)
         opened = open_model(model, tokenizer)
         if runs:
@@ -58,7 +63,10 @@ def eval_command(
         with progress_bar() as update:
             base = load_model(opened, None, dev, pick(dtype, DType.auto), backend, update)
         if text is not None:
-            pieces, source = text_stream(base, read_prompt(None, text), window), f"text {text}"
+            pieces, total = text_stream(base, read_text_file(text, "--text", MAX_TEXT_BYTES), window, tokens)
+            source = f"text {text}, its first {min(tokens, total)} of {total} tokens"
+            err.print(f"[dim]scoring {min(tokens, total)} of the {total} tokens of {escape(str(text))} (--tokens sets "
+                      "how many)[/dim]")
         else:
             pieces = sampled_stream(base, prompts, tokens, seed)
             source = f"sampled by the base model: {prompts} prompts x {tokens} tokens, seed {seed}"
@@ -66,7 +74,8 @@ def eval_command(
             raise LlamafastError(f"{text} holds fewer than 2 tokens: nothing to score")
         variants = {n: make_variant(base, n) for n in names}
         variants.update({f"{r.mode.value} {r.sparsity:g}": sparse_variant(base, r) for r in runs})
-        report = compare(base, variants, pieces, base.source, source)
+        with phase_progress() as update:
+            report = compare(base, variants, pieces, base.source, source, lambda d, t: update("scoring", d, t))
         if emit_json(report.to_dict(), out, json_out):
             return
         console = stdout_console()

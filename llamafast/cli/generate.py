@@ -17,7 +17,7 @@ from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
     SparseModeOpt, SparsityOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, check_context, check_sparsity,
     clean_errors, device_or_default, err, path_or, pick, preset, progress_bar, read_prompt, sampling_config,
-    tune_decode,
+    tune_decode, utf8_options,
 )
 from llamafast.cli.tp import (
     TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, on_every_rank, on_rank0, shared_seed, tensor_parallel,
@@ -63,7 +63,7 @@ def generate(
     phases = {"import_s": time.perf_counter() - STARTED}  # llamafast's first import to here: torch and the rest
     with clean_errors(), tensor_parallel(tp, device) as ranks, contextlib.ExitStack() as stack:
         run, sampling, max_new = on_every_rank(ranks, lambda: _options(
-            config, temperature, top_k, top_p, repetition_penalty, seed, max_new_tokens, chat, system))
+            config, temperature, top_k, top_p, repetition_penalty, seed, max_new_tokens, chat, system, stop))
         text = on_rank0(ranks, lambda: read_prompt(prompt, prompt_file))
         dev = ranks.device if ranks else device_or_default(pick(device, run.device))
         phases["init_s"] = _init_device(dev)
@@ -107,7 +107,7 @@ def generate(
         )
 
 
-def _options(config, temperature, top_k, top_p, repetition_penalty, seed, max_new_tokens, chat, system):
+def _options(config, temperature, top_k, top_p, repetition_penalty, seed, max_new_tokens, chat, system, stop):
     """The run preset, sampling and token count, checked (on every rank alike under tensor parallelism)."""
     run = preset(config)
     run.refuse_unused("generate", GENERATE_KEYS)
@@ -117,6 +117,7 @@ def _options(config, temperature, top_k, top_p, repetition_penalty, seed, max_ne
         raise LlamafastError("--max-new-tokens must be at least 1")
     if system is not None and not chat:
         raise LlamafastError("--system applies only with --chat")
+    utf8_options(system, stop)
     return run, sampling, max_new
 
 

@@ -1,12 +1,13 @@
 """Run presets: TOML files that map 1:1 onto RunConfig, checked key by key and type by type.
 
 The presets in configs/ are installed with the package (as llamafast.configs), so `--config chat` works from
-any directory; a path to a file of one's own works too.
+any directory; a path to a file of one's own (with a slash or ending in .toml) works too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from dataclasses import dataclass, field
 from enum import Enum
@@ -56,22 +57,26 @@ def bundled_presets() -> dict[str, Path]:
     return {p.name.removesuffix(".toml"): Path(str(p)) for p in folder.iterdir() if p.name.endswith(".toml")}
 
 
-def find_preset(path: Path) -> Path:
-    """The file itself if it exists, else the bundled preset of that name (`chat`, `chat.toml` or
-    `configs/chat.toml` from outside a clone)."""
-    path = Path(path)
-    if path.exists():
-        return path
+def find_preset(value: str) -> Path:
+    """--config's file. A value with a slash or ending in .toml is a path and must exist; any other value is the
+    name of a bundled preset, never a file of that name in the current directory (write ./NAME or NAME.toml for
+    that), so that `--config greedy` means the same run wherever it is typed."""
+    value = str(value)
     bundled = bundled_presets()
-    name = path.name.removesuffix(".toml")
-    if name in bundled:
-        return bundled[name]
-    raise LlamafastError(f"config file not found: {path} (presets that ship with llamafast: {', '.join(sorted(bundled))})")
+    if "/" in value or os.sep in value or value.endswith(".toml"):
+        if not Path(value).exists():
+            raise LlamafastError(f"config file not found: {value}")
+        return Path(value)
+    if value not in bundled:
+        raise LlamafastError(f"no preset named {value!r} ships with llamafast (they are: {', '.join(sorted(bundled))}); "
+                             f"for a file of that name, give its path: ./{value}")
+    return bundled[value]
 
 
-def load_preset(path: Path) -> RunConfig:
-    """Read a TOML preset; unknown keys and values of the wrong type are errors, so a typo never passes silently."""
-    path = find_preset(path)
+def load_preset(value: str) -> RunConfig:
+    """Read a TOML preset (find_preset); unknown keys and values of the wrong type are errors, so a typo never
+    passes silently."""
+    path = find_preset(value)
     data = _read_toml(path)
     sampling = data.pop("sampling", {})
     if not isinstance(sampling, dict):

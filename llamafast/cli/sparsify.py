@@ -8,8 +8,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from llamafast.cli.common import DeviceOpt, TokenizerOpt, clean_errors, emit_json, err, read_text_file, stdout_console
-from llamafast.config import MAX_SPARSITY, SparseRun
+from llamafast.cli.common import (
+    MAX_TEXT_BYTES, DeviceOpt, TokenizerOpt, clean_errors, emit_json, phase_progress, read_text_file, stdout_console,
+)
+from llamafast.config import MAX_SPARSITY, SparseRun, check_seed
 
 
 def sparsify(
@@ -30,8 +32,9 @@ def sparsify(
 
     with clean_errors():
         SparseRun(sparsity)  # checks the range before anything is read
-        calibration = read_text_file(text, "--text")
-        with _progress() as update:
+        check_seed(seed)
+        calibration = read_text_file(text, "--text", MAX_TEXT_BYTES)
+        with phase_progress() as update:
             report = run_sparsify(src, dst, calibration, text.name, sparsity, group_size, seed, force, tokenizer,
                                   resolve_device(device), update)
         if emit_json(asdict(report), None, json_out):
@@ -40,24 +43,3 @@ def sparsify(
             f"wrote {dst}: groups of {report.group_size} ({report.groups_per_layer} per layer), calibrated on "
             f"{report.tokens} tokens of {text.name} (sha256 {report.text_sha256[:12]}), default sparsity "
             f"{report.sparsity}; {report.bytes_written / 1e9:.2f} GB in {report.seconds:.1f} s")
-
-
-class _progress:
-    """A rich bar on stderr per phase (loading, calibrating, writing)."""
-
-    def __enter__(self):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-        self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                            TimeRemainingColumn(), console=err, transient=True)
-        self.tasks: dict[str, int] = {}
-        self.bar.start()
-        return self.update
-
-    def update(self, phase: str, done: int, total: int) -> None:
-        if phase not in self.tasks:
-            self.tasks[phase] = self.bar.add_task(phase, total=total)
-        self.bar.update(self.tasks[phase], completed=done, total=total)
-
-    def __exit__(self, *exc):
-        self.bar.stop()

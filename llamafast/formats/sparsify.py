@@ -53,7 +53,7 @@ def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, g
     ckpt, config = opened.checkpoint, opened.config
     if sparse_layout(ckpt) is not None:
         raise LlamafastError(f"{src} is already sparsified; sparsify its dense source instead")
-    group_size = group_size or default_group_size(config.hidden_dim)
+    group_size = default_group_size(config.hidden_dim) if group_size is None else group_size
     check_group_size(group_size, config.hidden_dim)
     ids = opened.tokenizer.encode(text)[:MAX_TOKENS]
     if len(ids) < MIN_TOKENS:
@@ -96,7 +96,7 @@ def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, g
 
 def check_group_size(group_size: int, hidden: int) -> None:
     if group_size < 1 or group_size & (group_size - 1):
-        raise LlamafastError(f"--group-size must be a power of two (a kernel tile side), got {group_size}")
+        raise LlamafastError(f"--group-size must be a positive power of two (a kernel tile side), got {group_size}")
     if hidden % group_size:
         raise LlamafastError(f"--group-size {group_size} does not divide the FFN width {hidden}")
 

@@ -43,6 +43,8 @@ def render_chat_template(template: str, messages: list[dict[str, str]], bos_toke
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
+    # The sandbox refuses unsafe attributes and caps range() at 100,000 items (OverflowError), so a template
+    # asking for range(100000000) fails at once instead of running for minutes.
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = lambda x, indent=None: json.dumps(x, indent=indent, ensure_ascii=False)
     env.globals["raise_exception"] = raise_exception
@@ -51,3 +53,5 @@ def render_chat_template(template: str, messages: list[dict[str, str]], bos_toke
                                                 add_generation_prompt=True)
     except jinja2.exceptions.TemplateError as e:
         raise LlamafastError(f"the model's chat template failed to render: {e}") from None
+    except Exception as e:  # the template is code from the model's files: {{ 1 // 0 }}, {{ "a" + 5 }}, range caps
+        raise LlamafastError(f"the model's chat template failed to render: {type(e).__name__}: {e}") from None

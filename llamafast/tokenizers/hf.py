@@ -80,8 +80,23 @@ def from_gguf(fields: dict, path: Path) -> HFTokenizer:
                             for t, k in zip(tokens, types) if k == _CONTROL])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, types) if k == _USER_DEFINED])
     add_bos = fields.get("add_bos_token", kind == "llama")  # llama.cpp adds BOS to SentencePiece vocabularies
-    return HFTokenizer(tok, path, fields.get("bos_token_id"), fields.get("eos_token_id", -1), bool(add_bos),
-                       fields.get("chat_template"), len(tokens))
+    return HFTokenizer(tok, path, _special_id(fields, "bos", len(tokens), path),
+                       _special_id(fields, "eos", len(tokens), path), bool(add_bos),
+                       chat_template(fields.get("chat_template"), f"{path}: tokenizer.chat_template"), len(tokens))
+
+
+def _special_id(fields: dict, name: str, n_tokens: int, path: Path) -> int | None:
+    """tokenizer.ggml.bos_token_id / eos_token_id, checked against the vocabulary. A missing eos is refused:
+    llama.cpp falls back to a fixed id per vocabulary type (Llama 2's 2 for SentencePiece), a guess that is wrong
+    for most byte-level vocabularies, and a wrong eos never ends a reply. A missing bos is fine (no BOS added)."""
+    key = f"tokenizer.ggml.{name}_token_id"
+    value = fields.get(f"{name}_token_id")
+    if value is None and name == "eos":
+        raise LlamafastError(f"{path}: the GGUF file has no {key}, so nothing would end a reply; llamafast does not "
+                             "guess it (convert the model again with a current llama.cpp)")
+    if value is not None and not 0 <= value < n_tokens:
+        raise LlamafastError(f"{path}: {key} is {value}, outside its vocabulary of {n_tokens} tokens")
+    return value
 
 
 def _byte_level(tokens: list[str], fields: dict) -> Tokenizer:
@@ -126,12 +141,30 @@ def from_json(path: Path) -> HFTokenizer:
     except Exception as e:  # the library raises its own Exception subclass for a file it cannot parse
         raise LlamafastError(f"{path} is not a tokenizer.json that the tokenizers library can read ({e})") from None
     config_path = path.with_name("tokenizer_config.json")
-    config = read_json(config_path) if config_path.is_file() else {}
+    if not config_path.is_file():
+        raise LlamafastError(f"{path}: no tokenizer_config.json beside it, which names the eos_token that ends a reply")
+    config = read_json(config_path)
     bos, eos = _token_id(tok, config.get("bos_token")), _token_id(tok, config.get("eos_token"))
     if eos is None:
-        raise LlamafastError(f"{path}: no eos_token in tokenizer_config.json beside it")
+        token = config.get("eos_token")
+        token = token.get("content") if isinstance(token, dict) else token
+        raise LlamafastError(f"{config_path} names no eos_token" if token is None else
+                             f"{config_path}: its eos_token {token!r} is not in the vocabulary of {path.name}")
     return HFTokenizer(tok, path, bos, eos, bool(config.get("add_bos_token", bos is not None)),
-                       config.get("chat_template"))
+                       chat_template(config.get("chat_template"), f"{config_path}: chat_template"))
+
+
+def chat_template(value, where: str) -> str | None:
+    """A chat_template as transformers reads it: a Jinja string, or a list of {"name", "template"} from which a
+    chat without tools takes the one named "default"; anything else is refused here, not when --chat renders."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(t, dict) and isinstance(t.get("template"), str) for t in value):
+        named = {t.get("name"): t["template"] for t in value}
+        if "default" in named:
+            return named["default"]
+        raise LlamafastError(f"{where} holds no template named \"default\" (it has {', '.join(map(str, named))})")
+    raise LlamafastError(f"{where} must be a Jinja string or a list of named templates, got {value!r:.60}")
 
 
 def _token_id(tok: Tokenizer, token) -> int | None:

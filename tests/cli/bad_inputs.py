@@ -137,14 +137,46 @@ def _converted(tmp: Path) -> Path:
     return tmp / "fp8"
 
 
-def _gguf(tmp: Path, kind: str = "F32", arch: str = "llama", chat_template: str | None = None) -> Path:
+def _gguf(tmp: Path, kind: str = "F32", arch: str = "llama", chat_template: str | int | None = None,
+          **special: int | None) -> Path:
     from llamafast.config import ModelConfig
 
     from ..gguf_models.gguf_files import write_gguf
 
     config = ModelConfig(**{**SMALL, "multiple_of": 32})  # rows of whole 32-value quant blocks
-    write_gguf(tmp / "m.gguf", config, meta_state(config), kind, arch, chat_template)
+    write_gguf(tmp / "m.gguf", config, meta_state(config), kind, arch, chat_template, special=special)
     return tmp / "m.gguf"
+
+
+def _gguf_nan(tmp: Path) -> Path:
+    """A GGUF file with one NaN in layer 1's down projection (the rest is a working model)."""
+    from llamafast.config import ModelConfig
+
+    from ..gguf_models.gguf_files import write_gguf
+
+    config = ModelConfig(**{**SMALL, "multiple_of": 32})
+    state = meta_state(config)
+    state["layers.1.feed_forward.w2.weight"][3, 5] = float("nan")
+    write_gguf(tmp / "m.gguf", config, state, chat_template="{{ messages[-1]['content'] }}")  # chat needs one
+    return tmp / "m.gguf"
+
+
+def _hf_tokenizer_config(tmp: Path, config: dict | None) -> Path:
+    """A Hugging Face checkpoint with a working tokenizer.json (a GGUF file's byte-level vocabulary) and this
+    tokenizer_config.json (None: none)."""
+    from llamafast.load import open_model
+
+    tok = open_model(_gguf(tmp), None).tokenizer
+    folder = _hf(tmp)
+    (folder / "tokenizer.model").unlink()
+    tok.tok.save(str(folder / "tokenizer.json"))
+    if config is not None:
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _chat(template) -> Callable[[Path], list[str]]:
+    return lambda t: ["hi", "--chat", "--model", str(_gguf(t, chat_template=template))]
 
 
 def _hf_json_tokenizer(tmp: Path, data: bytes) -> Path:
@@ -235,11 +267,16 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case(GENERATE, "prompt plus --max-new-tokens beyond the context",
              lambda t: ["Once upon a time " * 100, "--max-new-tokens", "256"], "--max-new-tokens"),
         Case(GENERATE, "--system without --chat", lambda t: ["hi", "--system", "Be brief."], "--system"),
+        # Python hands over argument bytes that are not UTF-8 (`generate $'caf\xe9'`) as lone surrogates.
+        Case(GENERATE, "a PROMPT argument that is not UTF-8", lambda t: ["caf\udce9"], "PROMPT is not UTF-8"),
+        Case(GENERATE, "a --system argument that is not UTF-8", lambda t: ["hi", "--chat", "--system", "\udcff"],
+             "the byte 0xff"),
     ],
     "Options": [
         *[Case(GENERATE, f"{flag} {value}", lambda t, f=flag, v=value: ["hi", f, v], flag) for flag, value in [
             ("--top-p", "0"), ("--top-p", "1.5"), ("--temperature", "-1"), ("--temperature", "inf"), ("--top-k", "-1"),
-            ("--repetition-penalty", "0"), ("--repetition-penalty", "inf"), ("--max-new-tokens", "0"),
+            ("--repetition-penalty", "0"), ("--repetition-penalty", "inf"), ("--repetition-penalty", "1e-300"),
+            ("--repetition-penalty", "1000"), ("--max-new-tokens", "0"),
             ("--seed", str(2**64)), ("--seed", str(-(2**63) - 1)),
         ]],
         Case(GENERATE, "--dtype with an unknown value", lambda t: ["hi", "--dtype", "unknown"], "--dtype"),
@@ -252,6 +289,9 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
     "Run presets": [
         Case(GENERATE, "--config naming a directory", lambda t: ["hi", "--config", str(t)], "is a directory"),
         Case(GENERATE, "--config naming no file", lambda t: ["hi", "--config", str(t / "nope.toml")], "not found"),
+        Case(GENERATE, "--config naming a missing file named like a bundled preset",
+             lambda t: ["hi", "--config", str(t / "no" / "greedy.toml")], "not found"),
+        Case(GENERATE, "--config naming no bundled preset", lambda t: ["hi", "--config", "greedier"], "greedy"),
         Case(GENERATE, "a preset that is not TOML", lambda t: ["hi", "--config", str(_preset(t, "x = = 1"))],
              "not valid TOML"),
         Case(GENERATE, "a preset that is not UTF-8", lambda t: ["hi", "--config", str(_preset(t, b"x = '\xe9'"))],
@@ -305,11 +345,42 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case(GENERATE, "a chat template that fails to render",
              lambda t: ["hi", "--chat", "--model", str(_gguf(t, chat_template="{{ raise_exception('no chat') }}"))],
              "chat template failed to render"),
+        Case(GENERATE, "a chat template that divides by zero", _chat("{{ 1 // 0 }}"), "ZeroDivisionError"),
+        Case(GENERATE, "a chat template that adds a number to a string", _chat('{{ "a" + 5 }}'), "TypeError"),
+        Case(GENERATE, "a chat template looping 100 million times", _chat("{% for i in range(100000000) %}{% endfor %}"),
+             "range"),
+        Case(GENERATE, "a GGUF chat_template that is a number", _chat(5), "tokenizer.chat_template must be"),
+        Case(GENERATE, "a tokenizer_config.json chat_template that is a number",
+             lambda t: M(_hf_tokenizer_config(t, {"eos_token": "<|endoftext|>", "chat_template": 5})),
+             "chat_template must be"),
+        Case(GENERATE, "a chat_template list without a default",
+             lambda t: M(_hf_tokenizer_config(t, {"eos_token": "<|endoftext|>",
+                                                  "chat_template": [{"name": "tool_use", "template": "x"}]})),
+             'no template named "default"'),
+        Case(GENERATE, "a GGUF without tokenizer.ggml.eos_token_id", lambda t: M(_gguf(t, eos=None)), "eos_token_id"),
+        Case(GENERATE, "a GGUF whose bos_token_id is outside its vocabulary", lambda t: M(_gguf(t, bos=512)),
+             "outside its vocabulary of 512"),
+        Case(GENERATE, "a GGUF with a NaN weight", lambda t: [*M(_gguf_nan(t)), "--max-new-tokens", "4"],
+             "layers.1.feed_forward.w2.weight holds NaN"),
+        Case("chat", "a GGUF with a NaN weight", lambda t: ["--model", str(_gguf_nan(t)), "--max-new-tokens", "4"],
+             "layers.1.feed_forward.w2.weight holds NaN", stdin="hi\n"),
+        Case(GENERATE, "a tokenizer.json without tokenizer_config.json", lambda t: M(_hf_tokenizer_config(t, None)),
+             "no tokenizer_config.json"),
+        Case(GENERATE, "a tokenizer_config.json without eos_token", lambda t: M(_hf_tokenizer_config(t, {})),
+             "names no eos_token"),
+        Case(GENERATE, "a tokenizer_config.json whose eos_token is not in the vocabulary",
+             lambda t: M(_hf_tokenizer_config(t, {"eos_token": "</s>"})), "'</s>' is not in the vocabulary"),
     ],
     "eval": [
         Case("eval", "an unknown --variant", lambda t: ["--variant", "fp9"], "choose from"),
         Case("eval", "--tokens beyond the context", lambda t: ["--tokens", "600"], "context is 512"),
         Case("eval", "a --text file of one token", lambda t: ["--text", str(_file(t, "one.txt", b""))], "nothing to score"),
+        Case("eval", "a --text file that does not exist", lambda t: ["--text", str(t / "nope.txt")], "cannot read --text"),
+        Case("eval", "a --text file that is not UTF-8", lambda t: ["--text", str(_file(t, "t.txt", b"caf\xe9"))],
+             "--text"),
+        Case("eval", f"--seed {2**64}", lambda t: ["--seed", str(2**64)], "--seed"),
+        Case("eval", "a --seed whose last prompt's seed is past the range",
+             lambda t: ["--seed", str(2**64 - 1), "--prompts", "2"], "--seed"),
     ],
     "sparsify and --sparsity": [
         Case("sparsify", "a calibration text too short",
@@ -320,6 +391,9 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("sparsify", "a group size that is not a power of two", lambda t: _sparsify_args(t, "--group-size", "3"),
              "power of two"),
         Case("sparsify", "--sparsity beyond 0.95", lambda t: _sparsify_args(t, "--sparsity", "0.99"), "[0, 0.95]"),
+        *[Case("sparsify", f"--group-size {g}", lambda t, g=g: _sparsify_args(t, "--group-size", g),
+               "positive power of two") for g in ("0", "-4")],
+        Case("sparsify", f"--seed {2**64}", lambda t: _sparsify_args(t, "--seed", str(2**64)), "--seed"),
         Case("sparsify", "a checkpoint that is already sparsified",
              lambda t: [str(_sparsified(t)), str(t / "again"), "--text", str(CALIBRATION)], "already sparsified"),
         Case(GENERATE, "--sparsity on a checkpoint without routers", lambda t: ["hi", "--sparsity", "0.5"],
@@ -331,6 +405,7 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
              "comma-separated numbers"),
         Case("bench", "--sparse-mode without --sparsity", lambda t: [*BENCH, "--sparse-mode", "gate"], "only with --sparsity"),
         Case("eval", "--sparsity on a checkpoint without routers", lambda t: ["--sparsity", "0.5"], "has no routers"),
+        Case("eval", "--sparse-mode without --sparsity", lambda t: ["--sparse-mode", "gate"], "only with --sparsity"),
     ],
     "bench and info": [
         Case("bench", "--random-weights without --shape", lambda t: ["--random-weights"], "--shape"),

@@ -112,8 +112,23 @@ def test_commands_through_a_pipe(tmp_path):
     assert [m["content"] for m in transcript["messages"][:2]] == ["You are a cat.", "Who are you?"]
     assert transcript["sampling"]["temperature"] == 0 and len(transcript["replies"]) == 1
     assert not list(tmp_path.glob(".t.json.*"))  # no temporary file left behind
-    assert "error: unknown command /bogus" in r.stderr and "Traceback" not in r.stderr
+    assert f"error: {UNKNOWN}" in r.stderr and "Traceback" not in r.stderr
     assert r.exit_code == 1  # from a pipe, a refused line makes the exit code 1 once the input is done
+
+
+UNKNOWN = "unknown command, type /help; start with // to send a message beginning with /"
+
+
+def test_only_a_known_command_word_is_a_command(tmp_path):
+    """/save followed by a tab is no /save (nor a message); // sends a message that begins with /."""
+    lines = [f"/save\t{tmp_path}/x.json", "//etc is a folder", "/etc", f"/save {tmp_path}/t.json"]
+    r = runner.invoke(app, list(PIPED), input="\n".join(lines) + "\n")
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {UNKNOWN}"] * 2, r.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]
+    messages = json.loads((tmp_path / "t.json").read_text())["messages"]
+    assert [m["content"] for m in messages if m["role"] == "user"] == ["/etc is a folder"]
+    assert r.exit_code == 1
 
 
 def test_save_errors_keep_the_session(tmp_path):
@@ -208,6 +223,35 @@ def test_ctrl_c_in_a_terminal():
         assert _exit_code(child, term, 20) == 0, term.out.decode(errors="replace")[-2000:]
         assert b"Traceback" not in term.out
         assert b"tokens (length)" not in term.out  # the reply did not run to its end
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        os.close(master)
+
+
+# In the C locale readline passes the byte on (a UTF-8 locale's readline drops it), and input() hands it over as
+# a lone surrogate, or raises where standard input's errors are strict.
+@pytest.mark.parametrize("errors", ["surrogateescape", "strict"])
+def test_a_line_that_is_not_utf8_in_a_terminal(errors):
+    """Bytes that are not UTF-8 typed at the prompt: that line is refused in one line, the chat goes on."""
+    args = [sys.executable, "-m", "llamafast", "chat", "--max-new-tokens", "4", "--temperature", "0", "--device", "cpu"]
+    env = {**os.environ, "TERM": "dumb", "LC_ALL": "C", "PYTHONIOENCODING": f"utf-8:{errors}"}
+    master, slave = os.openpty()
+    child = subprocess.Popen([sys.executable, "-c", _ATTACH, *args], stdin=slave, stdout=slave, stderr=slave,
+                             env=env, start_new_session=True)
+    os.close(slave)
+    term = _Terminal(master)
+    try:
+        term.wait_for(b"> ", 60)
+        os.write(master, b"caf\xe9\r")
+        refused = term.wait_for(b"line skipped", 10)
+        os.write(master, b"Hello\r")
+        term.wait_for(b"tokens (length)", 30, after=refused)  # the next line was answered
+        os.write(master, b"/exit\r")
+        assert _exit_code(child, term, 20) == 0, term.out.decode(errors="replace")[-2000:]
+        errors = [line for line in term.out.splitlines() if line.startswith(b"error:")]
+        assert len(errors) == 1 and b"0xe9" in errors[0] and b"Traceback" not in term.out, term.out[-2000:]
     finally:
         if child.poll() is None:
             child.kill()

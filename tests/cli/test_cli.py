@@ -140,6 +140,16 @@ def test_bundled_presets_by_name():
     assert out["text"] == ", there was a little girl named Lily"[: len(out["text"])] and len(out["token_ids"]) == 8
 
 
+def test_a_bare_name_is_the_bundled_preset_whatever_the_directory_holds(tmp_path, monkeypatch):
+    """`--config greedy` beside a ./greedy file is still the bundled preset; ./greedy is the file."""
+    (tmp_path / "greedy").write_text("max_new_tokens = 3\n")
+    monkeypatch.chdir(tmp_path)
+    args = ("generate", "Once upon a time", "--json")
+    bundled = json.loads(_run(*args, "--config", "greedy").stdout)  # 256 new tokens at temperature 0
+    assert bundled["text"].startswith(", there was a little girl named Lily") and len(bundled["token_ids"]) > 3
+    assert len(json.loads(_run(*args, "--config", "./greedy").stdout)["token_ids"]) == 3
+
+
 def test_transformers_5_rope_parameters_are_read(tmp_path, tiny_config):
     """transformers 5 writes rope_parameters {rope_theta, rope_type} instead of a top-level rope_theta."""
     write_hf(tmp_path, tiny_config, meta_state(tiny_config), tokenizer=bundled_model().with_name("tok512.model"))
@@ -284,6 +294,29 @@ def test_eval_scores_variants_against_the_base(tmp_path):
     (tmp_path / "t.txt").write_text("Once upon a time, there was a little girl named Lily. She liked to play.")
     r = _run("eval", "--text", str(tmp_path / "t.txt"), "--variant", "fp8_e4m3", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["source"].startswith("text ")
+
+
+def test_eval_text_scores_a_capped_number_of_tokens_with_a_progress_bar(tmp_path, monkeypatch):
+    """A long --text is scored up to --tokens (16,384 by default), said on stderr, with a bar per scored piece."""
+    import contextlib
+
+    steps = []
+
+    @contextlib.contextmanager
+    def recording_bar():
+        yield lambda phase, done, total: steps.append((phase, done, total))
+
+    monkeypatch.setattr("llamafast.cli.eval.phase_progress", recording_bar)
+    (tmp_path / "t.txt").write_text("Once upon a time, there was a little girl named Lily. She liked to play. " * 40)
+    args = ["eval", "--text", str(tmp_path / "t.txt"), "--variant", "float32", "--window", "50", "--json"]
+    r = _run(*args, "--tokens", "100")
+    assert r.exit_code == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["tokens"] == 2 * 49 and "scoring 100 of the " in r.stderr  # two windows of 50: 49 positions each
+    assert steps == [("scoring", 1, 2), ("scoring", 2, 2)]
+    total = int(r.stderr.split("scoring 100 of the ")[1].split()[0])
+    assert total > 600 and f"its first 100 of {total} tokens" in report["source"]
+    assert f"scoring {total} of the {total} tokens" in _run(*args).stderr  # under the default cap: all of it
 
 
 def test_bench_fp8_alone_when_float_weights_do_not_fit(monkeypatch):

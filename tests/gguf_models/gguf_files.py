@@ -40,8 +40,11 @@ def encode(w: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
 
 
 def write_gguf(path: Path, config: ModelConfig, state: dict[str, torch.Tensor], kind: str = "F32",
-               arch: str = "llama", chat_template: str | None = None, rope_freqs: np.ndarray | None = None) -> None:
-    """Linear weights and the embedding in `kind`, norms in F32; Meta's Q/K row order, as llama.cpp stores it."""
+               arch: str = "llama", chat_template: str | int | None = None, rope_freqs: np.ndarray | None = None,
+               special: dict[str, int | None] | None = None) -> None:
+    """Linear weights and the embedding in `kind`, norms in F32; Meta's Q/K row order, as llama.cpp stores it.
+    A chat_template given as a number is stored as one (a broken file); special overrides the bos and eos ids
+    ({"eos": None} leaves tokenizer.ggml.eos_token_id out)."""
     from gguf import GGMLQuantizationType, GGUFWriter
 
     rng = np.random.default_rng(0)
@@ -55,7 +58,7 @@ def write_gguf(path: Path, config: ModelConfig, state: dict[str, torch.Tensor], 
     w.add_rope_freq_base(config.rope_theta)
     w.add_layer_norm_rms_eps(config.norm_eps)
     w.add_rope_dimension_count(config.head_dim)
-    _tokenizer(w, config.vocab_size, chat_template)
+    _tokenizer(w, config.vocab_size, chat_template, {"bos": 0, "eos": 0, **(special or {})})
     if rope_freqs is not None:  # Llama 3.1's scaled RoPE, as llama.cpp's converter writes it
         w.add_tensor("rope_freqs.weight", rope_freqs.astype(np.float32))
     for name, t in state.items():
@@ -70,7 +73,7 @@ def write_gguf(path: Path, config: ModelConfig, state: dict[str, torch.Tensor], 
     w.close()
 
 
-def _tokenizer(w, vocab: int, chat_template: str | None) -> None:
+def _tokenizer(w, vocab: int, chat_template: str | int | None, special: dict[str, int | None]) -> None:
     """A byte-level vocabulary: the 256 byte symbols, then merged pairs, padded to the model's vocabulary."""
     from gguf import GGUFWriter  # noqa: F401  (the writer's methods are used on w)
     from tokenizers.pre_tokenizers import ByteLevel
@@ -81,7 +84,11 @@ def _tokenizer(w, vocab: int, chat_template: str | None) -> None:
     w.add_token_list(tokens)
     w.add_token_types([3] + [1] * (len(tokens) - 1))
     w.add_token_merges([])
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(0)
-    if chat_template is not None:
+    if special["bos"] is not None:
+        w.add_bos_token_id(special["bos"])
+    if special["eos"] is not None:
+        w.add_eos_token_id(special["eos"])
+    if isinstance(chat_template, int):
+        w.add_uint32("tokenizer.chat_template", chat_template)
+    elif chat_template is not None:
         w.add_chat_template(chat_template)

@@ -140,6 +140,20 @@ def test_tokenizer_json_with_its_config(tmp_path):
     assert tok.decode(tok.chat("hi", system="sys")) == "[system] sys\n[user] hi\n"
 
 
+def test_chat_template_list_takes_the_default(tmp_path):
+    """transformers' list form of chat_template ({"name", "template"} each): a chat without tools uses "default"."""
+    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "F32")
+    embedded = load_model(tmp_path / "m.gguf", device=torch.device("cpu")).tokenizer
+    write_hf(tmp_path / "hf", SMALL, meta_state(SMALL))
+    embedded.tok.save(str(tmp_path / "hf" / "tokenizer.json"))
+    templates = [{"name": "tool_use", "template": "tools {{ messages[0]['content'] }}"},
+                 {"name": "default", "template": "<{{ messages[0]['content'] }}>"}]
+    config = {"eos_token": "<|endoftext|>", "chat_template": templates}
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(config))
+    tok = open_model(tmp_path / "hf").tokenizer
+    assert tok.decode(tok.chat("hi")) == "<hi>"
+
+
 SPM_TEXTS = ["", "Hello world", " leading space", "two  spaces", "new\nlines\n\n", "emoji 🦙 ok", "CJK 日本語",
              "digits 1234567890", "Once upon a time, there was a little girl named Lily."]
 
