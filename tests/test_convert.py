@@ -180,8 +180,8 @@ def test_sigkill_midway_leaves_no_dst_and_the_next_run_cleans_up(tmp_path):
     assert _temporaries(dst) == [] and open_checkpoint(dst).metadata["weights"] == "fp8_e5m2"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_sigterm_or_ctrl_c_midway_removes_everything(tmp_path, sig):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_sigterm_sighup_or_ctrl_c_midway_removes_everything(tmp_path, sig):
     src, dst = _big_source(tmp_path), tmp_path / "out"
     assert _start_and_stop(src, dst, lambda p: p.send_signal(sig)) == 128 + sig
     assert _temporaries(dst) == []

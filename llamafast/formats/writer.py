@@ -160,11 +160,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# SIGHUP is missing on Windows.
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name))
+
+
 @contextlib.contextmanager
 def _signals_remove(tmp: Path):
-    """On SIGTERM or Ctrl-C while a checkpoint is written, the handler removes the temporary directory and exits
-    (143, 130). Raising from the handler instead is not safe: it can land inside safetensors' native code, which
-    turns the exception into a ValueError. Only the main thread can set signal handlers; elsewhere nothing
+    """On SIGTERM, SIGHUP (its terminal closed) or Ctrl-C while a checkpoint is written, the handler removes the
+    temporary directory and exits (143, 129, 130); a signal the process ignores (nohup) stays ignored. Raising
+    from the handler instead is not safe: it can land inside safetensors' native code, which turns the exception
+    into a ValueError. Only the main thread can set signal handlers; elsewhere nothing
     changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -178,7 +183,7 @@ def _signals_remove(tmp: Path):
         sys.stderr.flush()
         os._exit(128 + signum)
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
     try:
         yield
     finally:
