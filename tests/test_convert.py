@@ -233,6 +233,22 @@ def test_force_replaces_the_checkpoint_it_checked(tmp_path, monkeypatch):
     assert open_checkpoint(dst).metadata["weights"] == "fp8_e4m3" and list(tmp_path.iterdir()) == [dst]
 
 
+def test_a_model_directory_whose_name_is_not_utf8(tmp_path):
+    """Latin-1 `m\xe9`: safetensors, SentencePiece and the safetensors header take only UTF-8 names."""
+    src = Path(os.fsdecode(bytes(tmp_path) + b"/m\xe9"))
+    write_hf(src, ModelConfig(**SMALL_HF), meta_state(ModelConfig(**SMALL_HF)),
+             tokenizer=bundled_model().with_name("tok512.model"))
+    r = runner.invoke(app, ["generate", "hi", "--model", str(src), "--max-new-tokens", "2", "--device", "cpu"])
+    assert r.exit_code == 0, r.stderr
+    r = runner.invoke(app, ["convert-fp8", str(src), str(tmp_path / "fp8"), "--device", "cpu"])
+    assert r.exit_code == 0, r.stderr
+    assert open_checkpoint(tmp_path / "fp8").metadata["source"].endswith("m\\xe9")
+
+
+SMALL_HF = {"dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 512, "multiple_of": 8,
+            "max_seq_len": 64}
+
+
 def test_output_is_readable_by_others(tmp_path):
     """mkdtemp makes 0700 directories; the converted model follows the umask like any other file."""
     old = os.umask(0o022)

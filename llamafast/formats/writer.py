@@ -48,7 +48,7 @@ def save_checkpoint(
     tmp = _temporary_dir(dst)
     try:
         with _signals_remove(tmp):
-            meta = {LLAMAFAST_FORMAT_KEY: "1", "config": json.dumps(config.to_dict()), **metadata}
+            meta = {LLAMAFAST_FORMAT_KEY: "1", "config": json.dumps(config.to_dict()), **_utf8_values(metadata)}
             _write_safetensors(tmp / "model.safetensors", specs, produce, meta, progress)
             if tokenizer is not None:
                 tokenizer(tmp)
@@ -64,6 +64,12 @@ def save_checkpoint(
         raise
 
 
+def _utf8_values(metadata: dict[str, str]) -> dict[str, str]:
+    """A source path that is not UTF-8 (a directory named `m\xe9`) holds lone surrogates, which the safetensors
+    header's JSON cannot carry: its odd bytes are written as \\xe9 instead."""
+    return {k: os.fsencode(v).decode("utf-8", "backslashreplace") for k, v in metadata.items()}
+
+
 _TMP_MARK = ".llamafast-tmp-"  # .{dst name}.llamafast-tmp-{pid}-{random}: the pid tells a stale one
 _OUTPUT_FILES = {"model.safetensors", "tokenizer.model", "tokenizer.json", "tokenizer_config.json"}
 
@@ -72,6 +78,9 @@ def check_destination(dst: Path, force: bool, sources: Iterable[Path] = ()) -> N
     """Refuses, before anything is written, a dst that equals, contains or lies inside a source, an existing
     dst without --force, and with --force anything but a previous llamafast checkpoint or an empty directory."""
     target = dst.resolve()
+    if dst.name in ("", ".", "..") or target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
+        raise LlamafastError(f"{dst} is the current directory or holds it, and a checkpoint cannot be renamed onto "
+                             f"it; name a new sub-directory instead, such as {dst / 'fp8'}")
     for src in sources:
         src = Path(src).resolve()
         if target == src or src in target.parents or target in src.parents:

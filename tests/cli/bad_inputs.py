@@ -286,6 +286,8 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("convert-fp8", "DST a directory of other files, with --force",
              lambda t: [str(bundled_model()), str(_hf(t)), "--force"], "not a llamafast checkpoint"),
         Case("convert-fp8", "DST that exists, without --force", lambda t: [str(bundled_model()), str(t)], "--force"),
+        Case("convert-fp8", "DST the current directory, with --force", lambda t: [str(bundled_model()), ".", "--force"],
+             "current directory"),
         Case("convert-fp8", "DST under a regular file",
              lambda t: [str(bundled_model()), str(_file(t, "f", b"") / "sub" / "out")], "cannot write"),
         Case("convert-fp8", "a source that already holds FP8 weights", lambda t: [str(_converted(t)), str(t / "again")],
