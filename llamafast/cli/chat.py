@@ -16,9 +16,9 @@ import typer
 from rich.markup import escape
 
 from llamafast.cli.common import (
-    GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
-    TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors, device_or_default, err, path_or, pick, preset,
-    progress_bar, sampling_config, tune_decode,
+    GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, OutputError,
+    PenaltyOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors, device_or_default, err, path_or, pick,
+    preset, progress_bar, sampling_config, tune_decode,
 )
 from llamafast.config import FP8Format
 from llamafast.errors import LlamafastError
@@ -119,6 +119,8 @@ class Repl:
                 _write("\n")
                 if not self.interactive:
                     return 130
+            except OutputError:
+                raise  # stdout is gone: no later line can be answered either
             except LlamafastError as e:
                 self._error(str(e))
         if self.interactive:

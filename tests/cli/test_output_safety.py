@@ -1,0 +1,66 @@
+"""What the CliRunner harness cannot express, run in a real process: a standard output that is full (/dev/full)
+or closed (>&-), a full standard error. Each command ends in exactly one `error:` line and exit code 1, never a
+traceback; a checkpoint written before its report stays; a full stderr never stops the output on stdout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llamafast.load import bundled_model
+
+CALIBRATION = Path(__file__).resolve().parents[1] / "data" / "stories260K_calibration.txt"
+CPU = ["--device", "cpu"]
+pytestmark = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+
+
+def _run(args: list[str], redirect: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """llamafast ARGS with the shell redirection given (`>/dev/full`, `>&-`, `2>/dev/full`)."""
+    command = " ".join(["exec", sys.executable, "-m", "llamafast", *map(_quote, args), redirect])
+    return subprocess.run(["bash", "-c", command], input=stdin, capture_output=True, text=True, timeout=300)
+
+
+def _quote(arg: str) -> str:
+    return "'" + arg.replace("'", "'\\''") + "'"
+
+
+def _assert_one_error(r: subprocess.CompletedProcess, needle: str) -> None:
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode == 1 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert needle in lines[0], lines[0]
+
+
+WRITES = {  # command -> (arguments, standard input)
+    "generate": (["generate", "Hi", "--max-new-tokens", "4", *CPU], None),
+    "generate --json": (["generate", "Hi", "--max-new-tokens", "4", "--json", *CPU], None),
+    "chat": (["chat", "--max-new-tokens", "4", *CPU], "Hello\nAgain\n"),
+    "info": (["info"], None),
+    "eval": (["eval", "--prompts", "1", "--tokens", "8", "--variant", "fp8_e5m2", *CPU], None),
+}
+
+
+@pytest.mark.parametrize("redirect, needle", [(">/dev/full", "No space left on device"), (">&-", "closed")])
+@pytest.mark.parametrize("name", WRITES)
+def test_stdout_full_or_closed(name, redirect, needle):
+    args, stdin = WRITES[name]
+    _assert_one_error(_run(args, redirect, stdin), needle)
+
+
+@pytest.mark.parametrize("redirect", [">/dev/full", ">&-"])
+@pytest.mark.parametrize("command", ["convert-fp8", "sparsify"])
+def test_checkpoint_stays_when_its_report_cannot_be_written(tmp_path, command, redirect):
+    extra = ["--text", str(CALIBRATION), "--group-size", "4"] if command == "sparsify" else []
+    r = _run([command, str(bundled_model()), str(tmp_path / "out"), *CPU, *extra], redirect)
+    _assert_one_error(r, "cannot write the output")
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+@pytest.mark.parametrize("redirect", ["2>/dev/full", "2>&-"])
+def test_a_full_stderr_never_stops_the_output(redirect):
+    r = _run(["generate", "Once upon a time", "--max-new-tokens", "8", "--temperature", "0"], redirect)
+    assert r.returncode == 0 and len(r.stdout.strip()) > 0, (r.returncode, r.stdout)
