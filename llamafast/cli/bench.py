@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from llamafast.cli.common import (
-    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context,
+    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context, check_out,
     clean_errors, device_or_default, emit_json, err, parse_floats, path_or, pick, preset, progress_bar, require_routers,
     stdout_console, tune_decode,
 )
@@ -57,6 +57,7 @@ def bench(
     from llamafast.load import quantized, resolve_backend
 
     with clean_errors(), tensor_parallel(tp, device) as ranks:
+        check_out(out)
         run = preset(config)
         run.refuse_unused("bench", BENCH_KEYS)
         backend = backend or ([run.backend] if run.backend else None)

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from collections.abc import Callable
 from typing import Annotated, NoReturn, Optional
@@ -296,11 +297,34 @@ def path_or(value: Path | None, preset_value: str | None) -> Path | None:
     return value if value is not None else (Path(preset_value) if preset_value else None)
 
 
+def check_out(out: Path | None) -> None:
+    """Refuses an --out that cannot be written before the work it reports, not minutes later: a directory, or a
+    place where no file can be created (a missing or read-only directory, /proc). A probe file is created
+    and removed beside it, as write_atomically will do."""
+    if out is None:
+        return
+    if out.is_dir():
+        raise LlamafastError(f"--out {out} is a directory; name a file")
+    try:
+        fd, probe = tempfile.mkstemp(dir=_real(out).parent, prefix=f".{out.name}.", suffix=".tmp")
+    except OSError as e:
+        raise LlamafastError(f"cannot write --out {out}: {e.strerror}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _real(path: Path) -> Path:
+    """A symbolic link's target: --out through a link writes the file it points to and keeps the link."""
+    return Path(os.path.realpath(path))
+
+
 def emit_json(data: dict, out: Path | None, json_out: bool) -> bool:
-    """Writes a report to --out (indented) and prints it with --json; True when it was printed, so the caller
-    prints no table."""
+    """Writes a report to --out (indented, atomically) and prints it with --json; True when it was printed, so
+    the caller prints no table."""
     if out is not None:
-        out.write_text(json.dumps(data, indent=1) + "\n")
+        from llamafast.formats.files import write_atomically  # llamafast.formats imports torch: not for --help
+
+        write_atomically(_real(out), json.dumps(data, indent=1) + "\n")
     if json_out:
         print(json.dumps(data))
     return json_out

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from llamafast.bench.prompts import PROMPTS, VARIANTS
 from llamafast.cli.common import (
-    DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, device_or_default, emit_json, pick, progress_bar,
-    parse_floats, read_prompt, require_routers, stdout_console,
+    DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, check_out, clean_errors, device_or_default, emit_json, pick,
+    progress_bar, parse_floats, read_prompt, require_routers, stdout_console,
 )
 from llamafast.config import Backend, DType, SparseMode, SparseRun
 from llamafast.errors import LlamafastError
@@ -40,6 +40,7 @@ def eval_command(
     from llamafast.load import load_model, open_model
 
     with clean_errors():
+        check_out(out)
         runs = [SparseRun(s, m) for m in (sparse_mode or list(SparseMode)) for s in parse_floats(sparsity, "--sparsity")]
         names = variant or ([] if runs else ["fp8_e5m2", "fp8_e4m3"])
         unknown = [n for n in names if n not in VARIANTS]

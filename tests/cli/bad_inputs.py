@@ -345,6 +345,12 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("info", "a model path that does not exist", lambda t: ["--model", str(t / "nope")], "not found"),
         Case("info", "an unknown --shape", lambda t: ["--shape", "llama-9"], "unknown shape"),
     ],
+    "Output and files": [
+        Case("eval", "--out naming a directory", lambda t: ["--out", str(t)], "is a directory"),
+        Case("eval", "--out where no file can be created", lambda t: ["--out", "/proc/x.json"], "cannot write --out"),
+        Case("bench", "--out in a directory that does not exist", lambda t: [*BENCH, "--out", str(t / "no" / "x.json")],
+             "cannot write --out"),
+    ],
     "Tensor parallel (torchrun)": [
         Case(GENERATE, "--tp 2 without torchrun", lambda t: ["hi", "--tp", "2"], "torchrun --standalone --nproc-per-node 2"),
         Case(GENERATE, "--tp 0", lambda t: ["hi", "--tp", "0"], "at least 1"),

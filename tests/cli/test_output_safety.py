@@ -4,14 +4,19 @@ traceback; a checkpoint written before its report stays; a full stderr never sto
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from llamafast.cli import app
 from llamafast.load import bundled_model
+
+from .test_bad_input import assert_clean_error
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "data" / "stories260K_calibration.txt"
 CPU = ["--device", "cpu"]
@@ -64,3 +69,17 @@ def test_checkpoint_stays_when_its_report_cannot_be_written(tmp_path, command, r
 def test_a_full_stderr_never_stops_the_output(redirect):
     r = _run(["generate", "Once upon a time", "--max-new-tokens", "8", "--temperature", "0"], redirect)
     assert r.returncode == 0 and len(r.stdout.strip()) > 0, (r.returncode, r.stdout)
+
+
+def test_out_on_a_disk_that_fills_during_the_run(tmp_path, monkeypatch):
+    """--out passed the check before the run; writing it at the end fails (ENOSPC, simulated): one error line,
+    and no partial file."""
+    def full(fd, *args, **kwargs):
+        os.close(fd)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fdopen", full)
+    r = CliRunner().invoke(app, ["bench", "--random-weights", "--shape", "stories260K", *CPU, "--new-tokens", "4",
+                                 "--out", str(tmp_path / "r.json")])
+    assert_clean_error(r, "No space left on device")
+    assert list(tmp_path.iterdir()) == []
