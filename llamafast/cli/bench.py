@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from llamafast.cli.common import (
@@ -167,7 +168,7 @@ def _bench_prefill(lm, backends, lengths: list[int], reps: int, chunk: int, json
         return
     env = report.environment
     console = stdout_console()
-    console.print(f"{report.model} {report.dtype} prefill on {env['device']}; torch {env['torch']}, triton "
+    console.print(f"{escape(report.model)} {report.dtype} prefill on {env['device']}; torch {env['torch']}, triton "
                   f"{env['triton']}; chunk {report.chunk} tokens; median of {report.reps} runs")
     table = Table("backend", "prompt graphs", "prompt", "ttft ms", "min ms", "prefill tok/s", "TFLOP/s", "vs reference")
     for r in report.results:
@@ -213,14 +214,14 @@ def _bench_model(run, source: str | OpenedModel, dev, dtype, ranks=None, fp8: FP
 
 def _note(note: str | None) -> None:
     if note:
-        err.print(f"[dim]{note}[/dim]")
+        err.print(f"[dim]{escape(note)}[/dim]")
 
 
 def _print_report(r: BenchReport) -> None:
     env = r.environment
     out = stdout_console()
     out.print(
-        f"{r.model} ({r.format}, {r.dtype}, {r.params / 1e9:.3f} B params) on {env['device']}; "
+        f"{escape(r.model)} ({r.format}, {r.dtype}, {r.params / 1e9:.3f} B params) on {env['device']}; "
         f"torch {env['torch']}, triton {env['triton']}; load {r.load_s:.2f} s; "
         f"copy bandwidth {r.copy_bw_gb_s:.0f} GB/s; prompt {r.prompt_tokens}, new {r.new_tokens}"
     )

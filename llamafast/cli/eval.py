@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from llamafast.bench.prompts import PROMPTS, VARIANTS
@@ -71,7 +72,7 @@ def eval_command(
         if emit_json(report.to_dict(), out, json_out):
             return
         console = stdout_console()
-        console.print(f"{report.model}: {report.tokens} positions, {source}; KL(base || variant) in nats")
+        console.print(f"{escape(report.model)}: {report.tokens} positions, {escape(source)}; KL(base || variant) in nats")
         table = Table("weights", "perplexity", "KL mean", "KL median", "KL p99", "top-1 agreement", "groups skipped")
         for r in report.results:
             kl = ["-"] * 3 if r.kl_mean is None else [f"{r.kl_mean:.5f}", f"{r.kl_median:.5f}", f"{r.kl_p99:.4f}"]

@@ -83,3 +83,14 @@ def test_out_on_a_disk_that_fills_during_the_run(tmp_path, monkeypatch):
                                  "--out", str(tmp_path / "r.json")])
     assert_clean_error(r, "No space left on device")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["cv[/x]", "cv[bold]"])
+def test_paths_with_rich_markup_are_printed_as_they_are(tmp_path, name):
+    """A path is text, never Rich markup: `[/x]` raised a MarkupError, `[bold]` vanished from the message."""
+    r = CliRunner().invoke(app, ["convert-fp8", str(bundled_model()), str(tmp_path / name), *CPU])
+    assert r.exit_code == 0 and f"wrote {tmp_path / name} (" in r.stderr, r.stderr
+    text = tmp_path / f"{name}.txt"
+    text.write_text("Once upon a time there was a little girl. " * 4)
+    r = CliRunner().invoke(app, ["eval", "--text", str(text), "--variant", "fp8_e5m2", *CPU])
+    assert r.exit_code == 0 and f"text {text};" in r.stdout.replace("\n", ""), (r.stdout, r.stderr)
