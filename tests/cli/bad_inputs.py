@@ -348,6 +348,8 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
     "Output and files": [
         Case("eval", "--out naming a directory", lambda t: ["--out", str(t)], "is a directory"),
         Case("eval", "--out where no file can be created", lambda t: ["--out", "/proc/x.json"], "cannot write --out"),
+        Case("chat", "/save onto a file that exists", lambda t: ["--device", "cpu", "--max-new-tokens", "4"],
+             "README.md exists; /save! README.md replaces it", stdin="/save README.md\n"),
         Case("bench", "--out in a directory that does not exist", lambda t: [*BENCH, "--out", str(t / "no" / "x.json")],
              "cannot write --out"),
     ],
