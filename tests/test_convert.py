@@ -180,11 +180,73 @@ def test_sigkill_midway_leaves_no_dst_and_the_next_run_cleans_up(tmp_path):
     assert _temporaries(dst) == [] and open_checkpoint(dst).metadata["weights"] == "fp8_e5m2"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_sigterm_or_ctrl_c_midway_removes_everything(tmp_path, sig):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_sigterm_sighup_or_ctrl_c_midway_removes_everything(tmp_path, sig):
     src, dst = _big_source(tmp_path), tmp_path / "out"
     assert _start_and_stop(src, dst, lambda p: p.send_signal(sig)) == 128 + sig
     assert _temporaries(dst) == []
+
+
+def _appears_before_the_rename(monkeypatch, make: Callable[[], None]) -> None:
+    """make() runs once, after the tokenizer files are written: something appears at DST just before the rename."""
+    real, pending = convert_module.tokenizer_writer, [make]
+
+    def writer(ckpt):
+        write = real(ckpt)
+        return lambda folder: (write(folder), pending and pending.pop()())
+
+    monkeypatch.setattr(convert_module, "tokenizer_writer", writer)
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_directory_made_at_dst_while_converting_is_kept(tmp_path, monkeypatch, force):
+    dst = tmp_path / "c4"
+
+    def make():
+        dst.mkdir()
+        (dst / "notes.txt").write_text("precious")
+
+    _appears_before_the_rename(monkeypatch, make)
+    with pytest.raises(LlamafastError, match="appeared" if not force else "no longer a llamafast checkpoint"):
+        convert_fp8(bundled_model(), dst, force=force, device=torch.device("cpu"))
+    assert (dst / "notes.txt").read_text() == "precious" and [p.name for p in dst.iterdir()] == ["notes.txt"]
+    assert list(tmp_path.iterdir()) == [dst]
+
+
+def test_two_conversions_to_one_dst_one_wins(tmp_path, monkeypatch):
+    dst = tmp_path / "c1"
+    _appears_before_the_rename(monkeypatch, lambda: convert_fp8(bundled_model(), dst, fmt=FP8Format.e4m3,
+                                                                 device=torch.device("cpu")))
+    r = runner.invoke(app, ["convert-fp8", str(bundled_model()), str(dst), "--device", "cpu"])
+    assert r.exit_code == 1 and "appeared while the checkpoint was written" in r.stderr and "wrote" not in r.stderr
+    assert open_checkpoint(dst).metadata["weights"] == "fp8_e4m3"  # the first writer's, untouched
+    assert list(tmp_path.iterdir()) == [dst]
+
+
+def test_force_replaces_the_checkpoint_it_checked(tmp_path, monkeypatch):
+    """With --force, a checkpoint another writer put at DST meanwhile is replaced: it too is one --force may replace."""
+    dst = tmp_path / "c1"
+    convert_fp8(bundled_model(), dst, device=torch.device("cpu"))
+    _appears_before_the_rename(monkeypatch, lambda: convert_fp8(bundled_model(), dst, force=True,
+                                                                 device=torch.device("cpu")))
+    convert_fp8(bundled_model(), dst, fmt=FP8Format.e4m3, force=True, device=torch.device("cpu"))
+    assert open_checkpoint(dst).metadata["weights"] == "fp8_e4m3" and list(tmp_path.iterdir()) == [dst]
+
+
+def test_a_model_directory_whose_name_is_not_utf8(tmp_path):
+    """Latin-1 `m\xe9`: safetensors, SentencePiece and the safetensors header take only UTF-8 names."""
+    src = Path(os.fsdecode(bytes(tmp_path) + b"/m\xe9"))
+    write_hf(src, ModelConfig(**SMALL_HF), meta_state(ModelConfig(**SMALL_HF)),
+             tokenizer=bundled_model().with_name("tok512.model"))
+    r = runner.invoke(app, ["generate", "hi", "--model", str(src), "--max-new-tokens", "2", "--device", "cpu"])
+    assert r.exit_code == 0, r.stderr
+    r = runner.invoke(app, ["convert-fp8", str(src), str(tmp_path / "fp8"), "--device", "cpu"])
+    assert r.exit_code == 0, r.stderr
+    assert open_checkpoint(tmp_path / "fp8").metadata["source"].endswith("m\\xe9")
+
+
+SMALL_HF = {"dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 512, "multiple_of": 8,
+            "max_seq_len": 64}
 
 
 def test_output_is_readable_by_others(tmp_path):

@@ -14,7 +14,7 @@ import typer
 
 from llamafast.cli.bench import bench
 from llamafast.cli.chat import chat
-from llamafast.cli.common import clean_errors
+from llamafast.cli.common import clean_errors, guarded_streams
 from llamafast.cli.convert import convert_fp8
 from llamafast.cli.eval import eval_command
 from llamafast.cli.generate import generate
@@ -28,6 +28,9 @@ class _Commands(typer.core.TyperGroup):
     bad input: one `error:` line and exit code 1, not a boxed message and exit code 2."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        sys.exit(guarded_streams(lambda: self._run(args, prog_name, complete_var, **extra)))
+
+    def _run(self, args, prog_name, complete_var, **extra) -> int:
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _click.exceptions.NoArgsIsHelpError as e:  # bare `llamafast`: the help, as before
@@ -38,7 +41,7 @@ class _Commands(typer.core.TyperGroup):
             code = 1
         except typer.Abort:
             code = 130
-        sys.exit(code if isinstance(code, int) else 0)
+        return code if isinstance(code, int) else 0
 
 
 # Typer vendors click from 0.20 on; older releases import it.

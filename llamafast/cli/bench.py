@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from llamafast.cli.common import (
-    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context,
+    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, check_context, check_out,
     clean_errors, device_or_default, emit_json, err, parse_floats, path_or, pick, preset, progress_bar,
     refuse_mode_without_sparsity, require_routers, stdout_console, tune_decode,
 )
@@ -57,6 +58,7 @@ def bench(
     from llamafast.load import quantized, resolve_backend
 
     with clean_errors(), tensor_parallel(tp, device) as ranks:
+        check_out(out)
         run = preset(config)
         run.refuse_unused("bench", BENCH_KEYS)
         backend = backend or ([run.backend] if run.backend else None)
@@ -165,7 +167,7 @@ def _bench_prefill(lm, backends, lengths: list[int], reps: int, chunk: int, json
         return
     env = report.environment
     console = stdout_console()
-    console.print(f"{report.model} {report.dtype} prefill on {env['device']}; torch {env['torch']}, triton "
+    console.print(f"{escape(report.model)} {report.dtype} prefill on {env['device']}; torch {env['torch']}, triton "
                   f"{env['triton']}; chunk {report.chunk} tokens; median of {report.reps} runs")
     table = Table("backend", "prompt graphs", "prompt", "ttft ms", "min ms", "prefill tok/s", "TFLOP/s", "vs reference")
     for r in report.results:
@@ -227,14 +229,14 @@ def _fp8_alone(config, dtype: DType, ckpt, fp8: FP8Format | None, dev, shard) ->
 
 def _note(note: str | None) -> None:
     if note:
-        err.print(f"[dim]{note}[/dim]")
+        err.print(f"[dim]{escape(note)}[/dim]")
 
 
 def _print_report(r: BenchReport) -> None:
     env = r.environment
     out = stdout_console()
     out.print(
-        f"{r.model} ({r.format}, {r.dtype}, {r.params / 1e9:.3f} B params) on {env['device']}; "
+        f"{escape(r.model)} ({r.format}, {r.dtype}, {r.params / 1e9:.3f} B params) on {env['device']}; "
         f"torch {env['torch']}, triton {env['triton']}; load {r.load_s:.2f} s; "
         f"copy bandwidth {r.copy_bw_gb_s:.0f} GB/s; prompt {r.prompt_tokens}, new {r.new_tokens}"
     )

@@ -28,7 +28,7 @@ def timeline_command(models, fp8, n_prompt: int, replays: int, json_out: bool, o
     console = stdout_console()
     for t in timelines:
         env = t.environment
-        console.print(f"{report['model']} {t.weights} weights, decode step at context {t.context} on {env['device']}; "
+        console.print(f"{escape(report['model'])} {t.weights} weights, decode step at context {t.context} on {env['device']}; "
                       f"mean of {t.steps} steps; copy bandwidth {t.copy_bw_gb_s:.0f} GB/s")
         console.print(f"step {t.span_us:.1f} µs = kernels {t.kernel_us:.1f} + gaps {t.gap_us:.1f}; "
                       f"a middle layer {t.layer_us:.1f} µs")

@@ -8,6 +8,7 @@ and (in a terminal) a summary of each reply go to stderr.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -16,9 +17,9 @@ import typer
 from rich.markup import escape
 
 from llamafast.cli.common import (
-    GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
-    TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors, device_or_default, err, path_or, pick, preset,
-    progress_bar, sampling_config, tune_decode, utf8_argument, utf8_options,
+    GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, OutputError,
+    PenaltyOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors, device_or_default, err, path_or, pick,
+    preset, progress_bar, sampling_config, tune_decode, utf8_argument, utf8_options,
 )
 from llamafast.config import FP8Format
 from llamafast.errors import LlamafastError
@@ -31,7 +32,8 @@ HELP = """\
 /reset          forget the conversation (the system message stays)
 /system TEXT    set the system message and start over; /system alone removes it
 /stats          turns, context used, speed of the last reply, kernels preloaded at start
-/save FILE      write the transcript (messages, sampling, each reply's numbers) as JSON
+/save FILE      write the transcript (messages, sampling, each reply's numbers) as JSON to a new FILE
+/save! FILE     the same, replacing FILE if it exists (through a symbolic link: the file it points to)
 /exit, /quit    leave (Ctrl-D at the prompt too)
 /help           this list
 //TEXT          send /TEXT as a message (a line starting with a single / is a command)"""
@@ -58,7 +60,7 @@ def chat(
 ):
     """Chat with a model: one line per message, the reply streamed as it is sampled, the conversation kept in the
     KV cache so that each turn runs only its new tokens. Commands: /reset, /system TEXT, /stats, /save FILE,
-    /exit, /help. Ctrl-C stops a reply; Ctrl-C or Ctrl-D at the prompt leaves. Piped input: one turn per line."""
+    /save! FILE (replaces), /exit, /help. Ctrl-C stops a reply; Ctrl-C or Ctrl-D at the prompt leaves. Piped input: one turn per line."""
     from llamafast.chat import ChatSession
     from llamafast.generate import Engine
     from llamafast.load import load_model, open_model
@@ -109,6 +111,7 @@ class Repl:
         self.refused = 0  # lines that ended in an error (piped input exits 1 at the end if any)
         self.interrupted = False  # piped input stopped by Ctrl-C (exit code 130)
         self.commands = {"/reset": self._reset, "/system": self._system, "/stats": self._stats, "/save": self._save,
+                         "/save!": self._save_over,
                          "/exit": self._exit, "/quit": self._exit, "/help": self._help}
 
     def run(self) -> int:
@@ -122,6 +125,8 @@ class Repl:
                 _write("\n")
                 if not self.interactive:
                     return 130
+            except OutputError:
+                raise  # stdout is gone: no later line can be answered either
             except LlamafastError as e:
                 self._error(str(e))
         if self.interactive:
@@ -208,14 +213,25 @@ class Repl:
         print(f"turns {s['turns']}; context {s['context_tokens']}/{s['context_size']} tokens; last reply {last}; "
               f"{s['total_generated']} tokens generated{preloaded}", flush=True)
 
-    def _save(self, arg: str) -> None:
+    def _save(self, arg: str, replace: bool = False) -> None:
+        """/save writes only a new file (checked at the rename, so a file made meanwhile is kept too); /save!
+        replaces one, and through a symbolic link writes the file it points to, keeping the link."""
         from llamafast.formats.files import write_atomically  # llamafast.formats imports torch: not for --help
 
         if not arg:
-            raise LlamafastError("usage: /save FILE")
+            raise LlamafastError(f"usage: {'/save!' if replace else '/save'} FILE")
         path = Path(arg).expanduser()
-        write_atomically(path, json.dumps(self.session.transcript(), ensure_ascii=False, indent=1) + "\n")
-        _note(f"transcript saved to {path}")
+        target = Path(os.path.realpath(path)) if replace else path
+        try:
+            write_atomically(target, json.dumps(self.session.transcript(), ensure_ascii=False, indent=1) + "\n",
+                             replace)
+        except FileExistsError:
+            raise LlamafastError(f"{path} exists; /save! {arg} replaces it") from None
+        linked = f" (the file {path} links to)" if replace and path.is_symlink() else ""
+        _note(f"transcript saved to {target}{linked}")
+
+    def _save_over(self, arg: str) -> None:
+        self._save(arg, replace=True)
 
     def _exit(self, _arg: str) -> bool:
         return False

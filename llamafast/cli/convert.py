@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from llamafast.cli.common import DeviceOpt, FP8FormatOpt, TokenizerOpt, clean_errors, err, progress_bar, stdout_console
@@ -41,6 +42,6 @@ def convert_fp8(
         stdout_console().print(table)
         mean = sum(s.mean_rel_err for s in report.stats) / max(1, len(report.stats))
         err.print(
-            f"wrote {dst} ({report.format}, {report.bytes_written / 1e9:.2f} GB) in {report.seconds:.1f} s; "
+            f"wrote {escape(str(dst))} ({report.format}, {report.bytes_written / 1e9:.2f} GB) in {report.seconds:.1f} s; "
             f"{len(report.stats)} tensors, mean relative error {100 * mean:.2f}%, {report.saturated} values saturated"
         )

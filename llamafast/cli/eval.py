@@ -12,9 +12,9 @@ from rich.table import Table
 
 from llamafast.bench.prompts import PROMPTS, VARIANTS
 from llamafast.cli.common import (
-    MAX_TEXT_BYTES, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, device_or_default, emit_json, err,
-    parse_floats, phase_progress, pick, progress_bar, read_text_file, refuse_mode_without_sparsity, require_routers,
-    stdout_console,
+    MAX_TEXT_BYTES, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, check_out, clean_errors, device_or_default,
+    emit_json, err, parse_floats, phase_progress, pick, progress_bar, read_text_file, refuse_mode_without_sparsity,
+    require_routers, stdout_console,
 )
 from llamafast.config import Backend, DType, SparseMode, SparseRun, check_seed
 from llamafast.errors import LlamafastError
@@ -43,6 +43,7 @@ def eval_command(
 
     with clean_errors():
         refuse_mode_without_sparsity(sparsity, sparse_mode)
+        check_out(out)
         tokens = pick(tokens, 128 if text is None else TEXT_TOKENS)
         runs = [SparseRun(s, m) for m in (sparse_mode or list(SparseMode)) for s in parse_floats(sparsity, "--sparsity")]
         names = variant or ([] if runs else ["fp8_e5m2", "fp8_e4m3"])
@@ -79,7 +80,7 @@ def eval_command(
         if emit_json(report.to_dict(), out, json_out):
             return
         console = stdout_console()
-        console.print(f"{report.model}: {report.tokens} positions, {source}; KL(base || variant) in nats")
+        console.print(f"{escape(report.model)}: {report.tokens} positions, {escape(source)}; KL(base || variant) in nats")
         table = Table("weights", "perplexity", "KL mean", "KL median", "KL p99", "top-1 agreement", "groups skipped")
         for r in report.results:
             kl = ["-"] * 3 if r.kl_mean is None else [f"{r.kl_mean:.5f}", f"{r.kl_median:.5f}", f"{r.kl_p99:.4f}"]

@@ -79,7 +79,7 @@ def generate(
                                                          update, fp8_format if fp8 else None, ranks and ranks.shard))
         note = attach_comm(ranks, lm, tp_comm)
         if note and not json_out:
-            err.print(f"[dim]{note}[/dim]")
+            err.print(f"[dim]{escape(note)}[/dim]")
         sampling = dataclasses.replace(sampling, seed=shared_seed(ranks, sampling.seed))
         lm.model.set_sparsity(sparse)
         tune_decode(lm.model)
@@ -102,7 +102,7 @@ def generate(
         sparse_note = "".join(f"; {k} {v}" for k, v in _sparse_record(lm.model).get("sparse", {}).items())
         err.print(
             f"[dim]{len(done.token_ids)} tokens ({done.finish_reason}); ttft {done.ttft_s * 1e3:.1f} ms; "
-            f"decode {f'{tps:.1f} tok/s' if tps else 'n/a'}; {lm.backend.value}, {lm.weights} weights, on {dev}"
+            f"decode {f'{tps:.1f} tok/s' if tps else 'n/a'}; {lm.backend.value}, {lm.weights} weights, on {escape(str(dev))}"
             f"{sparse_note}[/dim]"
         )
 

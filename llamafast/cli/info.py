@@ -6,6 +6,7 @@ import json
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from llamafast.cli.common import ModelOpt, TokenizerOpt, clean_errors, err
 from llamafast.errors import LlamafastError
@@ -25,7 +26,7 @@ def info(
             raise LlamafastError("--shape describes a known shape; it does not go with --model or --tokenizer")
         data = describe.describe_shape(shape) if shape else describe.describe_checkpoint(model, tokenizer)
         if "problem" in data:
-            err.print(f"warning: {data['problem']}")
+            err.print(f"warning: {escape(data['problem'])}")
         if json_out:
             print(json.dumps(data))
             return

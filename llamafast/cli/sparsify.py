@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from llamafast.cli.common import (
     MAX_TEXT_BYTES, DeviceOpt, TokenizerOpt, clean_errors, emit_json, phase_progress, read_text_file, stdout_console,
@@ -40,6 +41,6 @@ def sparsify(
         if emit_json(asdict(report), None, json_out):
             return
         stdout_console().print(
-            f"wrote {dst}: groups of {report.group_size} ({report.groups_per_layer} per layer), calibrated on "
-            f"{report.tokens} tokens of {text.name} (sha256 {report.text_sha256[:12]}), default sparsity "
+            f"wrote {escape(str(dst))}: groups of {report.group_size} ({report.groups_per_layer} per layer), calibrated on "
+            f"{report.tokens} tokens of {escape(text.name)} (sha256 {report.text_sha256[:12]}), default sparsity "
             f"{report.sparsity}; {report.bytes_written / 1e9:.2f} GB in {report.seconds:.1f} s")

@@ -4,6 +4,7 @@ implies, and small readers for JSON, safetensors headers and file heads that fai
 from __future__ import annotations
 
 import json
+import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -142,10 +143,36 @@ def read_json(path: Path) -> dict:
 
 
 def open_safetensors(file: Path):
+    if not _is_utf8(str(file)):
+        return _open_by_descriptor(file)
     try:
         return safe_open(str(file), framework="pt", device="cpu")
     except (SafetensorError, OSError) as e:
         raise LlamafastError(f"corrupt or truncated safetensors file {file}: {e}") from None
+
+
+def _open_by_descriptor(file: Path):
+    """safetensors opens only UTF-8 paths; a directory named in another encoding (Latin-1 `m\xe9`) is reached
+    through the descriptor's /proc/self/fd name, which is ASCII (Linux)."""
+    try:
+        fd = os.open(file, os.O_RDONLY)
+    except OSError as e:
+        raise LlamafastError(f"cannot read {file}: {e.strerror}") from None
+    try:
+        if os.path.isdir("/proc/self/fd"):
+            return open_safetensors(Path(f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)  # safe_open holds its own descriptor and memory map
+    raise LlamafastError(f"cannot open {file}: its path is not UTF-8, and safetensors opens only UTF-8 paths; "
+                         "rename the directory")
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 are decoded to lone surrogates
+        return False
+    return True
 
 
 def looks_like_safetensors(head: bytes) -> bool:

@@ -20,6 +20,7 @@ import torch
 from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
 from llamafast.formats.common import LLAMAFAST_FORMAT_KEY, Progress, nbytes, safetensors_metadata
+from llamafast.formats.files import rename_noreplace
 
 _ST_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int8: "I8"}
 
@@ -40,29 +41,33 @@ def save_checkpoint(
     Everything goes into a temporary directory beside dst that is renamed into place at the end, so an
     interrupted, terminated or failed write leaves no dst behind; the directory of a process killed by SIGKILL
     is removed by the next write to the same dst. `sources` (the checkpoint being converted) may
-    not overlap dst; --force replaces only an earlier llamafast checkpoint.
+    not overlap dst; --force replaces only an earlier llamafast checkpoint, checked again at the rename.
     """
     dst = Path(dst)
     check_destination(dst, force, sources)
     tmp = _temporary_dir(dst)
     try:
         with _signals_remove(tmp):
-            meta = {LLAMAFAST_FORMAT_KEY: "1", "config": json.dumps(config.to_dict()), **metadata}
+            meta = {LLAMAFAST_FORMAT_KEY: "1", "config": json.dumps(config.to_dict()), **_utf8_values(metadata)}
             _write_safetensors(tmp / "model.safetensors", specs, produce, meta, progress)
             if tokenizer is not None:
                 tokenizer(tmp)
             umask = os.umask(0)
             os.umask(umask)
             tmp.chmod(0o777 & ~umask)  # mkdtemp made it 0700: others could not read the model
-            if dst.exists():
-                shutil.rmtree(dst)
-            os.replace(tmp, dst)
+            _move_into_place(tmp, dst, force)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise LlamafastError(f"cannot write {dst}: {e.strerror or e}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _utf8_values(metadata: dict[str, str]) -> dict[str, str]:
+    """A source path that is not UTF-8 (a directory named `m\xe9`) holds lone surrogates, which the safetensors
+    header's JSON cannot carry: its odd bytes are written as \\xe9 instead."""
+    return {k: os.fsencode(v).decode("utf-8", "backslashreplace") for k, v in metadata.items()}
 
 
 _TMP_MARK = ".llamafast-tmp-"  # .{dst name}.llamafast-tmp-{pid}-{random}: the pid tells a stale one
@@ -73,6 +78,9 @@ def check_destination(dst: Path, force: bool, sources: Iterable[Path] = ()) -> N
     """Refuses, before anything is written, a dst that equals, contains or lies inside a source, an existing
     dst without --force, and with --force anything but a previous llamafast checkpoint or an empty directory."""
     target = dst.resolve()
+    if dst.name in ("", ".", "..") or target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
+        raise LlamafastError(f"{dst} is the current directory or holds it, and a checkpoint cannot be renamed onto "
+                             f"it; name a new sub-directory instead, such as {dst / 'fp8'}")
     for src in sources:
         src = Path(src).resolve()
         if target == src or src in target.parents or target in src.parents:
@@ -90,6 +98,48 @@ def check_destination(dst: Path, force: bool, sources: Iterable[Path] = ()) -> N
     if not names <= _OUTPUT_FILES or not weights.is_file() or LLAMAFAST_FORMAT_KEY not in safetensors_metadata(weights):
         raise LlamafastError(f"{dst} is not a llamafast checkpoint; --force replaces only a previous llamafast "
                              "checkpoint, never other files")
+
+
+def _move_into_place(tmp: Path, dst: Path, force: bool) -> None:
+    """Renames tmp to dst without ever replacing what appeared at dst while the checkpoint was written (another
+    conversion to the same dst, a directory someone made). With --force, dst is first renamed aside and checked
+    there, where nothing else changes it, to still be a llamafast checkpoint or an empty directory; it is removed
+    only once the new checkpoint holds its name."""
+    try:
+        rename_noreplace(tmp, dst)
+        return
+    except FileExistsError:
+        if not force:
+            raise LlamafastError(f"{dst} appeared while the checkpoint was written; left it as it is and removed "
+                                 "the new checkpoint") from None
+    # Not the temporary mark: a process killed between the two renames leaves the old checkpoint here, not
+    # for the next write to remove.
+    aside = Path(tempfile.mkdtemp(prefix=f".{dst.name}.llamafast-old-{os.getpid()}-", dir=dst.parent))
+    try:
+        os.rename(dst, aside / dst.name)
+        check_destination(aside / dst.name, force=True)
+    except FileNotFoundError:  # dst went away meanwhile: nothing to set aside
+        pass
+    except LlamafastError:
+        _put_back(aside / dst.name, dst)
+        aside.rmdir()
+        raise LlamafastError(f"{dst} changed while the checkpoint was written and is no longer a llamafast "
+                             "checkpoint; left it as it is and removed the new checkpoint") from None
+    try:
+        rename_noreplace(tmp, dst)
+    except FileExistsError:  # another writer's checkpoint took the name first: it replaced the old one
+        raise LlamafastError(f"{dst} was written by another process meanwhile; left it as it is and removed the "
+                             "new checkpoint") from None
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _put_back(moved: Path, dst: Path) -> None:
+    try:
+        rename_noreplace(moved, dst)
+    except FileExistsError:
+        raise LlamafastError(f"{dst} changed twice while the checkpoint was written; what was there before is now "
+                             f"{moved}") from None
 
 
 def _temporary_dir(dst: Path) -> Path:
@@ -119,11 +169,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# SIGHUP is missing on Windows.
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name))
+
+
 @contextlib.contextmanager
 def _signals_remove(tmp: Path):
-    """On SIGTERM or Ctrl-C while a checkpoint is written, the handler removes the temporary directory and exits
-    (143, 130). Raising from the handler instead is not safe: it can land inside safetensors' native code, which
-    turns the exception into a ValueError. Only the main thread can set signal handlers; elsewhere nothing
+    """On SIGTERM, SIGHUP (its terminal closed) or Ctrl-C while a checkpoint is written, the handler removes the
+    temporary directory and exits (143, 129, 130); a signal the process ignores (nohup) stays ignored. Raising
+    from the handler instead is not safe: it can land inside safetensors' native code, which turns the exception
+    into a ValueError. Only the main thread can set signal handlers; elsewhere nothing
     changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -137,7 +192,7 @@ def _signals_remove(tmp: Path):
         sys.stderr.flush()
         os._exit(128 + signum)
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
     try:
         yield
     finally:

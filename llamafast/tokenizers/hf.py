@@ -137,7 +137,7 @@ def _sentencepiece(tokens: list[str], fields: dict) -> Tokenizer:
 def from_json(path: Path) -> HFTokenizer:
     """tokenizer.json, with bos/eos, add_bos_token and chat_template from tokenizer_config.json beside it."""
     try:
-        tok = Tokenizer.from_file(str(path))
+        tok = Tokenizer.from_str(path.read_bytes().decode("utf-8"))  # from_file takes only UTF-8 paths
     except Exception as e:  # the library raises its own Exception subclass for a file it cannot parse
         raise LlamafastError(f"{path} is not a tokenizer.json that the tokenizers library can read ({e})") from None
     config_path = path.with_name("tokenizer_config.json")

@@ -17,7 +17,8 @@ class Tokenizer:
             raise LlamafastError(f"tokenizer not found: {path}")
         self.sp = SentencePieceProcessor()
         try:
-            self.sp.Load(str(path))
+            # From bytes, not by path: SentencePiece opens only paths that are UTF-8 (not a directory named `m\xe9`).
+            self.sp.LoadFromSerializedProto(path.read_bytes())
         except (RuntimeError, OSError) as e:
             raise LlamafastError(f"{path} is not a SentencePiece tokenizer.model ({str(e).strip()})") from None
         self.path = path

@@ -329,6 +329,8 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("convert-fp8", "DST a directory of other files, with --force",
              lambda t: [str(bundled_model()), str(_hf(t)), "--force"], "not a llamafast checkpoint"),
         Case("convert-fp8", "DST that exists, without --force", lambda t: [str(bundled_model()), str(t)], "--force"),
+        Case("convert-fp8", "DST the current directory, with --force", lambda t: [str(bundled_model()), ".", "--force"],
+             "current directory"),
         Case("convert-fp8", "DST under a regular file",
              lambda t: [str(bundled_model()), str(_file(t, "f", b"") / "sub" / "out")], "cannot write"),
         Case("convert-fp8", "a source that already holds FP8 weights", lambda t: [str(_converted(t)), str(t / "again")],
@@ -420,6 +422,14 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("bench", "--timeline on the CPU", lambda t: [*BENCH, "--timeline"], "CUDA GPU"),
         Case("info", "a model path that does not exist", lambda t: ["--model", str(t / "nope")], "not found"),
         Case("info", "an unknown --shape", lambda t: ["--shape", "llama-9"], "unknown shape"),
+    ],
+    "Output and files": [
+        Case("eval", "--out naming a directory", lambda t: ["--out", str(t)], "is a directory"),
+        Case("eval", "--out where no file can be created", lambda t: ["--out", "/proc/x.json"], "cannot write --out"),
+        Case("chat", "/save onto a file that exists", lambda t: ["--device", "cpu", "--max-new-tokens", "4"],
+             "README.md exists; /save! README.md replaces it", stdin="/save README.md\n"),
+        Case("bench", "--out in a directory that does not exist", lambda t: [*BENCH, "--out", str(t / "no" / "x.json")],
+             "cannot write --out"),
     ],
     "Tensor parallel (torchrun)": [
         Case(GENERATE, "--tp 2 without torchrun", lambda t: ["hi", "--tp", "2"], "torchrun --standalone --nproc-per-node 2"),

@@ -140,6 +140,22 @@ def test_save_errors_keep_the_session(tmp_path):
     assert len(r.stdout.splitlines()) == 2 and r.exit_code == 1
 
 
+def test_save_never_replaces_without_save_bang(tmp_path):
+    (tmp_path / "kept.json").write_text("mine")
+    (tmp_path / "target.json").write_text("linked")
+    (tmp_path / "link.json").symlink_to(tmp_path / "target.json")
+    lines = ["Hello", f"/save {tmp_path}/kept.json", f"/save {tmp_path}/link.json", f"/save! {tmp_path}/link.json",
+             f"/save! {tmp_path}/new.json"]
+    r = runner.invoke(app, list(PIPED), input="\n".join(lines) + "\n")
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {tmp_path}/kept.json exists; /save! {tmp_path}/kept.json replaces it",
+                      f"error: {tmp_path}/link.json exists; /save! {tmp_path}/link.json replaces it"], r.stderr
+    assert (tmp_path / "kept.json").read_text() == "mine"
+    assert (tmp_path / "link.json").is_symlink() and json.loads((tmp_path / "target.json").read_text())["messages"]
+    assert json.loads((tmp_path / "new.json").read_text())["messages"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.json", "link.json", "new.json", "target.json"]
+
+
 def test_context_full_drops_oldest_turns():
     lines = ["Hello there", "Tell me a story", "What happened next?", "And then?", "word " * 150, "Last one"]
     r = runner.invoke(app, [*PIPED, "--context", "96"], input="\n".join(lines) + "\n")
