@@ -8,22 +8,13 @@
 # Needs beside the checkout, as ignored folders (the device copy carries them): .whl/ with the gguf wheel the
 # device image lacks (python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl gguf),
 # and .testdata/ with ../shared/testdata's stories260K and llama2c (SmolLM2's 94 MB do not travel: its tests skip).
+# scripts/gpu_env.sh runs the project from this tree.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu_check.sh OUTDIR}
 mkdir -p "$out"
 commit=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
-export PYTHONUNBUFFERED=1 LLAMAFAST_TESTDATA=$PWD/.testdata
-
-# The project from this tree without installing it: llamafast.kernels and llamafast.configs are the top-level
-# kernels/ and configs/ (pyproject's package-dir), linked where an installed copy would have them.
-ln -sfn ../kernels llamafast/kernels && ln -sfn ../configs llamafast/configs
-trap 'rm -f llamafast/kernels llamafast/configs' EXIT
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/llamafast-site \
-    .whl/*.whl || exit 1
-fi
-export PYTHONPATH=$PWD:/tmp/llamafast-site
+. scripts/gpu_env.sh || exit 1
 
 t0=$SECONDS
 workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4 --dist loadfile")
