@@ -150,16 +150,21 @@ def launch_args(cfg: GemvConfig, w: torch.Tensor, scale: torch.Tensor | None, fm
         "W_FP8": w_fp8(fmt, w, scale), "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
     }
     if pdl:
-        on = use_pdl(w.device) and fmt == WeightFormat.float
+        on = use_pdl(w.device, fmt)
         args.update(PDL=on, launch_pdl=on)
     return args
 
 
-# Programmatic dependent launch between the dense decode GEMVs, their first weight tile read before the wait
-# (_pdl_first_tile), for float weights only. Llama-2-7B, `bench --random-weights --fp8`, one process per run: bf16
-# 202.3/202.5 -> 207.7/207.6 tok/s on the H100 (+2.6%), +2.8% on the H200; FP8 E5M2 345.6/346.1 -> 344.0/343.8
-# (-0.6%) on the H100, -3.7% on the H200 (an FP8 tile is half the bytes, so less read ahead of the wait).
+def use_pdl(device: torch.device, fmt: WeightFormat) -> bool:
+    """Programmatic dependent launch between the dense decode GEMVs, their first weight tile read before the wait
+    (_pdl_first_tile), for float weights only. Llama-2-7B, `bench --random-weights --fp8`, one process per run: bf16
+    202.3/202.5 -> 207.7/207.6 tok/s on the H100 (+2.6%), +2.8% on the H200; FP8 E5M2 345.6/346.1 -> 344.0/343.8
+    (-0.6%) on the H100, -3.7% on the H200 (an FP8 tile is half the bytes read ahead of the wait); one process
+    alternating both: scripts/experiments/pdl_ab.py."""
+    return fmt == WeightFormat.float and _pdl_capable(device)
+
+
 @functools.lru_cache
-def use_pdl(device: torch.device) -> bool:
+def _pdl_capable(device: torch.device) -> bool:
     """PDL needs compute capability 9.0 (griddepcontrol) and a real GPU."""
     return not INTERPRET and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9

@@ -6,16 +6,13 @@
 #   timeline  bench --timeline: 7B bf16 and FP8 E5M2, 13B bf16 (the per-layer timeline the targets are explained by)
 #   decode    7B bf16 + FP8 E5M2 (triton); 13B triton beside compile, and bf16 + FP8 (targets: 7B FP8 400, bf16 212;
 #             13B bf16 100, FP8 200 tok/s)
-#   merge     the fused attention merge A/B (LLAMAFAST_FUSED_MERGE), alternated twice, timeline of the fused one
-#   pdl       the decode GEMVs under programmatic dependent launch, first weight tile read before the wait
-#             (LLAMAFAST_PDL): its GPU tests, then the A/B alternated twice and its timeline
 #   prefill   time to first token at 512 and 4,000 tokens, prompts from CUDA graphs beside eager (targets 12 / 95 ms)
 #   tune      launch tables tuned on first use, from an empty Triton cache (scripts/tune_first_use.py; target 60 s)
 #   tables    the full launch sweep at 13B, bf16 and FP8 E5M2 weights (scripts/tune_kernels.py), for committed tables
 #   70b       Llama-2-70B FP8 E5M2 on one GPU (nvidia-h200; target 55 tok/s), and its FP8 launch sweep
 set -euo pipefail
 out=${1:-scripts/results/shapes}
-stages=${2:-tests,timeline,decode,merge,pdl,prefill,tune}
+stages=${2:-tests,timeline,decode,prefill,tune}
 mkdir -p "$out"
 b="python -m llamafast bench --random-weights"
 run() {  # name, command...: the command's stdout into name.txt (its --out JSON beside it)
@@ -35,26 +32,6 @@ if [[ $stages == *decode* ]]; then
   run bench_7b_fp8 $b --shape llama-2-7b --fp8 --out "$out/bench_7b_fp8.json"
   run bench_13b $b --shape llama-2-13b --backend triton --backend compile --out "$out/bench_13b.json"
   run bench_13b_fp8 $b --shape llama-2-13b --fp8 --out "$out/bench_13b_fp8.json"
-fi
-if [[ $stages == *merge* ]]; then
-  for i in 1 2; do
-    for m in 0 1; do
-      LLAMAFAST_FUSED_MERGE=$m run "merge_${m}_$i" $b --shape llama-2-7b --fp8 --out "$out/merge_${m}_$i.json"
-    done
-  done
-  LLAMAFAST_FUSED_MERGE=1 run timeline_7b_merged $b --shape llama-2-7b --timeline --fp8 --reps 20 \
-    --out "$out/timeline_7b_merged.json"
-fi
-if [[ $stages == *pdl* ]]; then
-  LLAMAFAST_PDL=1 run gpu_tests_pdl python -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_linear_residual.py \
-    tests/kernels/test_rmsnorm_qkv_rope.py tests/kernels/test_rmsnorm_swiglu.py tests/kernels/test_rmsnorm_lm_head.py \
-    tests/test_triton_backend.py || true
-  for i in 1 2; do
-    for m in 0 1; do
-      LLAMAFAST_PDL=$m run "pdl_${m}_$i" $b --shape llama-2-7b --fp8 --out "$out/pdl_${m}_$i.json"
-    done
-  done
-  LLAMAFAST_PDL=1 run timeline_7b_pdl $b --shape llama-2-7b --timeline --fp8 --reps 20 --out "$out/timeline_7b_pdl.json"
 fi
 if [[ $stages == *prefill* ]]; then
   run prefill_7b $b --shape llama-2-7b --prefill --prompt-lens 128,512,2048,4000 --backend triton \
