@@ -1,7 +1,7 @@
 """Fused Triton kernels for the batch-1 decode step and the prompt (prefill), installed as llamafast.kernels.
 
 One fused op per file, each with a torch reference of the same signature in llamafast/reference.py, a test
-in tests/kernels/ and a bench entry in llamafast/bench/registry.py (REGISTRY, decode) or prefill_registry.py
+in tests/kernels/ and a bench entry in llamafast/measure/registry.py (REGISTRY, decode) or prefill_registry.py
 (PREFILL, prompts). Nothing here imports llamafast modules but config types.
 """
 

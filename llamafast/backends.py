@@ -71,7 +71,7 @@ def build(
     shard=None,
 ) -> Transformer:
     """A model on state's tensors for `backend`; weights is the layers' linear weight format, head the LM head's
-    (default: the same); shard: this rank's part of a tensor-parallel model (tp/shard.py)."""
+    (default: the same); shard: this rank's part of a tensor-parallel model (load/shard.py)."""
     device = state["tok_embeddings.weight"].device
     e4m3 = WeightFormat.fp8_e4m3 in (weights, head)
     if backend == Backend.triton and e4m3 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):

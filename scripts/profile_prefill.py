@@ -14,7 +14,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from llamafast.bench.common import random_prompt
+from llamafast.measure.common import random_prompt
 from llamafast.bench.prefill import time_prefill
 from llamafast.config import Backend, DType, SamplingConfig
 from llamafast.generate import Engine

@@ -13,8 +13,8 @@ import json
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from llamafast.bench.common import input_sets
-from llamafast.bench.registry import REGISTRY
+from llamafast.measure.common import input_sets
+from llamafast.measure.registry import REGISTRY
 from llamafast.config import model_config
 from llamafast.quant import FP8Format
 

@@ -17,7 +17,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from llamafast.bench.common import copy_bandwidth, environment, input_sets, time_in_graph
+from llamafast.measure.common import copy_bandwidth, environment, input_sets, time_in_graph
 from llamafast.config import Backend, DType, SamplingConfig, TPComm
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine
@@ -26,7 +26,7 @@ from llamafast.kernels.gemv import GemvConfig
 from llamafast.load import random_model
 from llamafast.tp.comm import make_comm
 from llamafast.tp.dist import setup
-from llamafast.tp.shard import Shard
+from llamafast.load.shard import Shard
 
 
 class NoComm:

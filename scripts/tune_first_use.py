@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from llamafast import tuning
-from llamafast.bench.common import environment, random_prompt
+from llamafast.measure.common import environment, random_prompt
 from llamafast.bench.decode import bench_backend
 from llamafast.config import Backend, DType
 from llamafast.load import random_model

@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from llamafast.bench.common import copy_bandwidth, environment
+from llamafast.measure.common import copy_bandwidth, environment
 from llamafast.config import model_config
 from llamafast.quant import FP8Format
 from llamafast.tuning.sweep import GEMV_KERNELS, sweep

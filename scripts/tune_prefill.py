@@ -18,8 +18,8 @@ from dataclasses import asdict
 import torch
 import triton
 
-from llamafast.bench.common import random_prompt
-from llamafast.bench.common import time_in_graph
+from llamafast.measure.common import random_prompt
+from llamafast.measure.common import time_in_graph
 from llamafast.bench.prefill import time_prefill
 from llamafast.config import Backend, DType, SamplingConfig, model_config
 from llamafast.generate import Engine

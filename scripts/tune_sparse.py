@@ -19,8 +19,8 @@ from llamafast.kernels import sparse_select
 from llamafast.kernels.gemv import GemvConfig
 from llamafast.kernels.sparse_ffn import DEFAULT, SparseConfig
 
-from llamafast.bench.common import copy_bandwidth, environment, input_sets, time_in_graph
-from llamafast.bench.registry import REGISTRY
+from llamafast.measure.common import copy_bandwidth, environment, input_sets, time_in_graph
+from llamafast.measure.registry import REGISTRY
 from llamafast.config import model_config
 from llamafast.quant import FP8Format
 

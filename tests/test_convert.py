@@ -16,11 +16,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from llamafast.formats import convert as convert_module
+from llamafast.tools import convert as convert_module
 from llamafast.formats import open_checkpoint
 from llamafast.cli import app
 from llamafast.config import Backend, ModelConfig, SamplingConfig
-from llamafast.formats.convert import convert_fp8
+from llamafast.tools.convert import convert_fp8
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine, generate
 from llamafast.load import bundled_model, load_model

@@ -1,5 +1,6 @@
-"""The layout budgets: no file over 400 lines, no kernel file over 250; no folder over 1,500 lines of Python (its own
-files, not its subfolders'); kernels/ imports nothing of llamafast but llamafast.config."""
+"""The layout: no file over 400 lines, no kernel file over 250; llamafast's packages import downwards only, floor by
+floor (FLOORS), and no two of them import each other, however indirectly; kernels/ imports nothing of llamafast but
+llamafast.config."""
 
 from __future__ import annotations
 
@@ -11,9 +12,21 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted(p for d in ("llamafast", "kernels", "scripts", "tests") for p in (ROOT / d).rglob("*.py"))
-# llamafast/ and each of its subfolders, kernels/, tests/ (and tests/kernels/), scripts/: every folder with Python.
-FOLDERS = sorted({p.parent for p in FILES})
-FOLDER_LIMIT = 1500
+# Bottom to top: a module may import from its own floor and the ones below. The top-level modules of llamafast/
+# each name their floor; a package's modules all stand on its floor.
+FLOORS = [
+    ("config", ["llamafast.config", "llamafast.errors", "llamafast"]),
+    ("kernels", ["llamafast.kernels"]),
+    ("model", ["llamafast.model", "llamafast.reference", "llamafast.backends", "llamafast.quant", "llamafast.sampling",
+               "llamafast.sparse", "llamafast.measure"]),
+    ("formats", ["llamafast.formats"]),
+    ("tokenizers", ["llamafast.tokenizers"]),
+    ("tuning", ["llamafast.tuning"]),
+    ("load", ["llamafast.load"]),
+    ("runtime", ["llamafast.generate", "llamafast.prompt_graph", "llamafast.chat", "llamafast.tp"]),
+    ("tools", ["llamafast.bench", "llamafast.tools"]),
+    ("cli", ["llamafast.cli", "llamafast.__main__"]),
+]
 KERNELS = sorted((ROOT / "kernels").rglob("*.py"))
 # What a kernel may import besides its siblings (relative imports) and the standard library.
 KERNEL_IMPORTS = {"torch", "triton", "numpy", "llamafast.config"}
@@ -34,11 +47,79 @@ def test_file_size_budget(path):
     assert n <= limit, f"{_rel(path)} has {n} lines (budget {limit})"
 
 
-@pytest.mark.parametrize("folder", FOLDERS, ids=_rel)
-def test_folder_size_budget(folder):
-    sizes = {p.name: _lines(p) for p in sorted(folder.glob("*.py"))}
-    total = sum(sizes.values())
-    assert total <= FOLDER_LIMIT, f"{_rel(folder)}/ holds {total} lines of Python (budget {FOLDER_LIMIT}): {sizes}"
+def _module(path: Path) -> str:
+    """The import name of a file of llamafast/ or kernels/ (llamafast.kernels)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = ["llamafast", *parts] if parts[0] == "kernels" else parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _floor(module: str) -> int:
+    """The index in FLOORS of the longest name that module is or lies under."""
+    best = max((len(name), i) for i, (_, names) in enumerate(FLOORS) for name in names
+               if module == name or module.startswith(name + "."))
+    return best[1]
+
+
+def _unit(module: str) -> str:
+    """What the cycle rule counts as one: a package of llamafast (llamafast.load) or a top-level module."""
+    return ".".join(module.split(".")[:2])
+
+
+def _llamafast_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for each import of llamafast in the file, relative ones resolved."""
+    package = _module(path) if path.name == "__init__.py" else _module(path).rpartition(".")[0]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    typing_only = {n.lineno for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                   for stmt in block.body for n in ast.walk(stmt) if hasattr(n, "lineno")}
+    found = []
+    for line, module in _imports(tree):
+        if line in typing_only:  # annotations only: nothing is imported when the program runs
+            continue
+        if module.startswith("."):
+            dots = len(module) - len(module.lstrip("."))
+            base = package.split(".")[: len(package.split(".")) - dots + 1]
+            module = ".".join(base + ([module.lstrip(".")] if module.lstrip(".") else []))
+        if module.split(".")[0] == "llamafast":
+            found.append((line, module))
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+LLAMAFAST = sorted((ROOT / "llamafast").rglob("*.py")) + KERNELS
+
+
+def test_imports_go_down_the_floors():
+    bad = []
+    for path in LLAMAFAST:
+        here = _floor(_module(path))
+        for line, module in _llamafast_imports(path):
+            if _floor(module) > here:
+                bad.append(f"{_rel(path)}:{line} ({FLOORS[here][0]}) imports {module} ({FLOORS[_floor(module)][0]})")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_two_packages_import_each_other():
+    """Not even through others: the graph of packages and top-level modules has no cycle."""
+    graph: dict[str, set[str]] = {}
+    for path in LLAMAFAST:
+        me = _unit(_module(path))
+        graph.setdefault(me, set()).update(u for _, m in _llamafast_imports(path) if (u := _unit(m)) != me)
+    done: set[str] = set()
+
+    def visit(unit: str, trail: list[str]) -> None:
+        assert unit not in trail, "import cycle: " + " -> ".join(trail[trail.index(unit):] + [unit])
+        if unit not in done:
+            for nxt in sorted(graph.get(unit, ())):
+                visit(nxt, trail + [unit])
+            done.add(unit)
+
+    for unit in sorted(graph):
+        visit(unit, [])
 
 
 def _allowed(module: str) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from llamafast.bench.common import copy_bandwidth, environment, now, random_prompt
+from llamafast.measure.common import copy_bandwidth, environment, now, random_prompt
 from llamafast.config import Backend, SamplingConfig, SparseLayout, SparseRun
 from llamafast.generate import Engine, stream_tokens
 from llamafast.backends import with_backend

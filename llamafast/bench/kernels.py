@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from llamafast.bench.common import input_sets, time_in_graph
+from llamafast.measure.common import input_sets, time_in_graph
 from llamafast.config import ModelConfig
 from llamafast.quant import FP8Format
 
@@ -47,7 +47,7 @@ def bench_kernels(
     config: ModelConfig, dtype: torch.dtype, context: int, copy_bw_gb_s: float, fp8: FP8Format | None = None
 ) -> list[KernelResult]:
     """Each decode kernel at the last of `context` positions."""
-    from llamafast.bench.registry import REGISTRY
+    from llamafast.measure.registry import REGISTRY
 
     device = torch.device("cuda")
     results = []

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from llamafast.bench.common import environment, now, random_prompt
+from llamafast.measure.common import environment, now, random_prompt
 from llamafast.config import Backend, ModelConfig, SamplingConfig
 from llamafast.generate import PREFILL_CHUNK, Engine
 from llamafast.backends import with_backend

@@ -17,7 +17,7 @@ from llamafast.config import ModelConfig
 from llamafast.model import rope_tables
 from llamafast.quant import FP8Format
 
-from llamafast.bench.registry import (
+from llamafast.measure.registry import (
     Inputs, cache, fmt_of, lm_head_inputs, norm_inputs, rand, residual_inputs, swiglu_inputs, weight,
 )
 from llamafast.kernels import flash_attention, prefill_linear_residual, prefill_lm_head, prefill_qkv_rope, prefill_swiglu

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from llamafast.bench.common import environment, random_prompt
+from llamafast.measure.common import environment, random_prompt
 from llamafast.config import SamplingConfig
 from llamafast.generate import Engine
 from llamafast.quant import FP8Format
@@ -151,7 +151,7 @@ def record_steps(engine: Engine, replays: int) -> list[list[Kernel]]:
 def run_timeline(model, weights: str, fp8: FP8Format | None, n_prompt: int, replays: int,
                  copy_bw_gb_s: float) -> Timeline:
     """The decode step of `model` (triton backend, CUDA) after a random prompt of n_prompt tokens."""
-    from llamafast.bench.registry import REGISTRY
+    from llamafast.measure.registry import REGISTRY
 
     c = model.config
     dtype = model.tok_embeddings.weight.dtype

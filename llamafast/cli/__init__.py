@@ -14,7 +14,8 @@ import typer
 
 from llamafast.cli.bench import bench
 from llamafast.cli.chat import chat
-from llamafast.cli.common import clean_errors, guarded_streams
+from llamafast.cli.common import clean_errors
+from llamafast.cli.streams import guarded_streams
 from llamafast.cli.convert import convert_fp8
 from llamafast.cli.eval import eval_command
 from llamafast.cli.generate import generate

@@ -131,7 +131,7 @@ def _sparse_runs(sparsity: str | None, modes, group_size: int, source, dev) -> l
     refuse_mode_without_sparsity(sparsity, modes)
     if sparsity is None:
         return None
-    from llamafast.formats.sparsify import check_group_size as _check_group
+    from llamafast.tools.sparsify import check_group_size as _check_group
     from llamafast.load import resolve_backend
 
     runs = [SparseRun(s, m) for m in (modes or [SparseMode.router]) for s in parse_floats(sparsity, "--sparsity") if s > 0]

@@ -8,7 +8,7 @@ import torch
 from rich.markup import escape
 from rich.table import Table
 
-from llamafast.bench.common import copy_bandwidth, environment
+from llamafast.measure.common import copy_bandwidth, environment
 from llamafast.bench.kernels import bench_kernels, bench_prefill_kernels, flash_vs_sdpa
 from llamafast.cli.common import emit_json, stdout_console
 from llamafast.config import DType, model_config

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from llamafast.bench.common import copy_bandwidth
+from llamafast.measure.common import copy_bandwidth
 from llamafast.bench.timeline import run_timeline
 from llamafast.cli.common import emit_json, stdout_console
 from llamafast.config import Backend

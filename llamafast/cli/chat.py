@@ -16,8 +16,9 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
+from llamafast.cli.streams import OutputError
 from llamafast.cli.common import (
-    GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, OutputError,
+    GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt,
     PenaltyOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors, device_or_default, err, path_or, pick,
     preset, progress_bar, sampling_config, tune_decode, utf8_argument, utf8_options,
 )

@@ -25,7 +25,7 @@ def convert_fp8(
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of a table.")] = False,
 ):
     """Convert a checkpoint's linear weights to FP8 (E5M2 bit patterns in int8, or scaled E4M3)."""
-    from llamafast.formats.convert import convert_fp8 as convert
+    from llamafast.tools.convert import convert_fp8 as convert
     from llamafast.load import resolve_device
 
     with clean_errors():

@@ -19,7 +19,7 @@ def info(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ):
     """Describe a checkpoint: format, config, parameters, weight format and bytes read per token."""
-    from llamafast.formats import describe
+    from llamafast.tools import describe
 
     with clean_errors():
         if shape and (model or tokenizer):

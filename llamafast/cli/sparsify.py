@@ -28,7 +28,7 @@ def sparsify(
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ):
     """Calibrate a router-sparse FFN (groups, routers, thresholds) on a text and write a sparsified checkpoint."""
-    from llamafast.formats.sparsify import sparsify as run_sparsify
+    from llamafast.tools.sparsify import sparsify as run_sparsify
     from llamafast.load import resolve_device
 
     with clean_errors():

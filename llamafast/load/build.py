@@ -19,7 +19,7 @@ from llamafast.formats.common import Progress
 from llamafast.model import Transformer
 from llamafast.quant import FP8Format
 from llamafast.tokenizers import Tokenizer, open_tokenizer
-from llamafast.tp.shard import Shard, check_shardable, load_shard, random_shard
+from llamafast.load.shard import Shard, check_shardable, load_shard, random_shard
 from llamafast.load.weights import (
     checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, sparse_layout, weights_label,
 )

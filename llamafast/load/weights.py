@@ -147,7 +147,7 @@ def load_state(
 def collect(tensors, read: dict[str, int], fp8: FP8Format | None,
             progress: Progress | None) -> dict[str, torch.Tensor]:
     """The state from (name, tensor on device) pairs as they arrive, linear weights quantized with fp8; progress
-    counts read[name], the checkpoint bytes each one took (load_state here, tp/shard.py's load_shard)."""
+    counts read[name], the checkpoint bytes each one took (load_state here, load/shard.py's load_shard)."""
     state, done, total = {}, 0, sum(read.values())
     for name, t in tensors:
         state.update(_maybe_quantized(name, t, fp8))
@@ -171,7 +171,7 @@ def _device_tensors(ckpt: Checkpoint, plan: dict[str, list[str]], device: torch.
 def staged(jobs: dict[str, Job | None], direct, device: torch.device, dtype: torch.dtype):
     """(name, tensor on device: float ones in dtype, FP8 bit patterns as stored) in jobs' order. On a GPU each job
     travels through pinned staging buffers that reader threads fill while the GPU copies (staging.py); a None job,
-    and every tensor off the GPU, comes from direct(name) (load_state here, tp/shard.py's load_shard)."""
+    and every tensor off the GPU, comes from direct(name) (load_state here, load/shard.py's load_shard)."""
     if device.type != "cuda":
         for name in jobs:
             yield name, direct(name)

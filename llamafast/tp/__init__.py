@@ -1,1 +1,2 @@
-"""Tensor parallelism under torchrun: sharded loading (shard.py), the ranks' setup and their communication."""
+"""Tensor parallelism under torchrun: the ranks' setup and their communication (each rank's weight slices load
+through load/shard.py)."""

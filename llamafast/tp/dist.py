@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from llamafast.errors import LlamafastError, SharedError
-from llamafast.tp.shard import Shard
+from llamafast.load.shard import Shard
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from llamafast.bench.common import environment
+from llamafast.measure.common import environment
 from llamafast.config import Backend, FP8Format, ModelConfig, WeightFormat
 from llamafast.model import Transformer
 from llamafast.tuning import cache
@@ -38,7 +38,7 @@ MIN_BYTES = 64 << 20
 
 @dataclass(frozen=True)
 class Job:
-    kernel: str  # registry name (llamafast/bench/registry.py)
+    kernel: str  # registry name (llamafast/measure/registry.py)
     key: tuple[int, ...]  # its table's key: (N, K, bytes per weight) or (KVH, GROUP)
     fp8: FP8Format | None  # the weights' format, for the sweep's inputs (E5M2 and E4M3 share 1-byte keys)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from llamafast.bench.common import input_sets, time_in_graph
-from llamafast.bench.registry import REGISTRY, Inputs
+from llamafast.measure.common import input_sets, time_in_graph
+from llamafast.measure.registry import REGISTRY, Inputs
 from llamafast.config import ModelConfig
 from llamafast.kernels.decode_attention import CONFIGS as ATTENTION
 from llamafast.kernels.decode_attention import AttentionConfig, default_config

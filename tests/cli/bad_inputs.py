@@ -5,32 +5,17 @@ refuses" table (scripts/refusals.py). Files come from tests/formats.py's writers
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import struct
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from llamafast.load import bundled_model
 
 from ..conftest import LLAMA2C
-from ..formats import meta_state, write_hf, write_meta
-
-TOK512 = bundled_model().with_name("tok512.model")
-SMALL = {
-    "dim": 32,
-    "n_layers": 2,
-    "n_heads": 4,
-    "n_kv_heads": 2,
-    "vocab_size": 512,
-    "multiple_of": 8,
-    "max_seq_len": 64,
-}
+from .bad_input_files import (
+    CALIBRATION, RANK0_OF_2, bin_header, chat, converted, copy_bundled, file, gguf, gguf_nan, hf, hf_json_tokenizer,
+    hf_tokenizer_config, meta, pickle_pth, preset, sparsified, sparsify_args, truncate, untied_without_head,
+)
 
 
 @dataclass(frozen=True)
@@ -48,151 +33,6 @@ class Case:
         return f"{self.command}: {self.what}"
 
 
-# --- checkpoint writers for the cases --------------------------------------------------------------------------
-
-
-def _hf(tmp: Path, **config_changes) -> Path:
-    from llamafast.config import ModelConfig
-
-    config = ModelConfig(**SMALL)
-    write_hf(tmp / "hf", config, meta_state(config), tokenizer=TOK512)
-    cfg = json.loads((tmp / "hf" / "config.json").read_text())
-    for key, value in config_changes.items():
-        if value is _DROP:
-            cfg.pop(key, None)
-        else:
-            cfg[key] = value
-    (tmp / "hf" / "config.json").write_text(json.dumps(cfg))
-    return tmp / "hf"
-
-
-_DROP = object()
-# Rank 0's environment of a two-rank torchrun (nothing listens at the port: a case is refused before connecting).
-RANK0_OF_2 = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29599"}
-
-
-def _meta(tmp: Path, **param_changes) -> Path:
-    from llamafast.config import ModelConfig
-
-    config = ModelConfig(**SMALL)
-    write_meta(tmp / "meta", config, meta_state(config), tokenizer=TOK512)
-    params = json.loads((tmp / "meta" / "params.json").read_text())
-    params.update(param_changes)
-    (tmp / "meta" / "params.json").write_text(json.dumps(params))
-    return tmp / "meta"
-
-
-def _file(tmp: Path, name: str, data: bytes) -> Path:
-    (tmp / name).write_bytes(data)
-    return tmp / name
-
-
-def _bin_header(tmp: Path, ints: tuple[int, ...], size: int | None = None, magic: bool = False) -> Path:
-    """A llama2.c file with the given header ints (v0, or v1 after the magic), padded with zeros to `size`."""
-    head = (
-        struct.pack("<Ii", 0x616B3432, 1) + struct.pack("<7i", *ints) + b"\x01" if magic else struct.pack("<7i", *ints)
-    )
-    head = head + b"\0" * (256 - len(head)) if magic else head
-    return _file(tmp, "model.bin", head + b"\0" * max(0, (size or 0) - len(head)))
-
-
-class _Payload:
-    """A pickled object whose unpickling would create a file: proof that nothing from the file ran."""
-
-    def __reduce__(self):
-        return (os.makedirs, (os.path.join(tempfile.gettempdir(), "llamafast-pickle-ran"),))
-
-
-def _pickle_pth(tmp: Path) -> list[str]:
-    folder = _meta(tmp)
-    torch.save({"tok_embeddings.weight": _Payload()}, folder / "consolidated.00.pth")
-    return ["hi", "--model", str(folder)]
-
-
-def _copy_bundled(tmp: Path) -> Path:
-    shutil.copy(bundled_model(), tmp / "stories.bin")
-    shutil.copy(TOK512, tmp / "tokenizer.model")
-    return tmp / "stories.bin"
-
-
-CALIBRATION = Path(__file__).resolve().parents[1] / "data" / "stories260K_calibration.txt"
-
-
-def _sparsified(tmp: Path) -> Path:
-    from llamafast.formats.sparsify import sparsify
-
-    sparsify(bundled_model(), tmp / "sparse", CALIBRATION.read_text(), "calibration", 0.5, group_size=4,
-             device=torch.device("cpu"))
-    return tmp / "sparse"
-
-
-def _sparsify_args(tmp: Path, *extra: str, text: Path = CALIBRATION) -> list[str]:
-    return [str(bundled_model()), str(tmp / "out"), "--text", str(text), "--device", "cpu", *extra]
-
-
-def _converted(tmp: Path) -> Path:
-    from llamafast.formats.convert import convert_fp8
-
-    convert_fp8(bundled_model(), tmp / "fp8", device=torch.device("cpu"))
-    return tmp / "fp8"
-
-
-def _gguf(tmp: Path, kind: str = "F32", arch: str = "llama", chat_template: str | int | None = None,
-          **special: int | None) -> Path:
-    from llamafast.config import ModelConfig
-
-    from ..gguf_models.gguf_files import write_gguf
-
-    config = ModelConfig(**{**SMALL, "multiple_of": 32})  # rows of whole 32-value quant blocks
-    write_gguf(tmp / "m.gguf", config, meta_state(config), kind, arch, chat_template, special=special)
-    return tmp / "m.gguf"
-
-
-def _gguf_nan(tmp: Path) -> Path:
-    """A GGUF file with one NaN in layer 1's down projection (the rest is a working model)."""
-    from llamafast.config import ModelConfig
-
-    from ..gguf_models.gguf_files import write_gguf
-
-    config = ModelConfig(**{**SMALL, "multiple_of": 32})
-    state = meta_state(config)
-    state["layers.1.feed_forward.w2.weight"][3, 5] = float("nan")
-    write_gguf(tmp / "m.gguf", config, state, chat_template="{{ messages[-1]['content'] }}")  # chat needs one
-    return tmp / "m.gguf"
-
-
-def _hf_tokenizer_config(tmp: Path, config: dict | None) -> Path:
-    """A Hugging Face checkpoint with a working tokenizer.json (a GGUF file's byte-level vocabulary) and this
-    tokenizer_config.json (None: none)."""
-    from llamafast.load import open_model
-
-    tok = open_model(_gguf(tmp), None).tokenizer
-    folder = _hf(tmp)
-    (folder / "tokenizer.model").unlink()
-    tok.tok.save(str(folder / "tokenizer.json"))
-    if config is not None:
-        (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    return folder
-
-
-def _chat(template) -> Callable[[Path], list[str]]:
-    return lambda t: ["hi", "--chat", "--model", str(_gguf(t, chat_template=template))]
-
-
-def _hf_json_tokenizer(tmp: Path, data: bytes) -> Path:
-    """A Hugging Face checkpoint with a tokenizer.json instead of tokenizer.model."""
-    folder = _hf(tmp)
-    (folder / "tokenizer.model").unlink()
-    (folder / "tokenizer.json").write_bytes(data)
-    return folder
-
-
-def _preset(tmp: Path, text: str | bytes) -> Path:
-    path = tmp / "preset.toml"
-    path.write_bytes(text.encode() if isinstance(text, str) else text)
-    return path
-
-
 M = lambda folder: ["hi", "--model", str(folder)]  # noqa: E731  a generate call on a checkpoint
 BENCH = ["--random-weights", "--shape", "stories260K", "--device", "cpu"]
 GENERATE = "generate"
@@ -200,67 +40,67 @@ GENERATE = "generate"
 CASES_BY_GROUP: dict[str, list[Case]] = {
     "Checkpoint files": [
         Case(GENERATE, "a model path that does not exist", lambda t: M(t / "nope"), "model path not found"),
-        Case(GENERATE, "an empty file", lambda t: M(_file(t, "m.bin", b"")), "unknown checkpoint format"),
-        Case(GENERATE, "a file of text", lambda t: M(_file(t, "m.bin", b"hello, not a model")),
+        Case(GENERATE, "an empty file", lambda t: M(file(t, "m.bin", b"")), "unknown checkpoint format"),
+        Case(GENERATE, "a file of text", lambda t: M(file(t, "m.bin", b"hello, not a model")),
              "unknown checkpoint format"),
         Case(GENERATE, "a directory with no checkpoint", lambda t: M(t), "cannot tell the checkpoint format"),
         Case(GENERATE, "a truncated llama2.c .bin (version 0)",
-             lambda t: M(_file(t, "m.bin", bundled_model().read_bytes()[:500000])), "truncated"),
+             lambda t: M(file(t, "m.bin", bundled_model().read_bytes()[:500000])), "truncated"),
         Case(GENERATE, "a llama2.c header with a huge dim",
-             lambda t: M(_bin_header(t, (1 << 30, 172, 5, 8, 4, 512, 512))), "truncated, or not a llama2.c file"),
+             lambda t: M(bin_header(t, (1 << 30, 172, 5, 8, 4, 512, 512))), "truncated, or not a llama2.c file"),
         Case(GENERATE, "a llama2.c version 1 header with zero heads",
-             lambda t: M(_bin_header(t, (64, 172, 5, 0, 4, 512, 512), magic=True)),
+             lambda t: M(bin_header(t, (64, 172, 5, 0, 4, 512, 512), magic=True)),
              "n_heads must be a positive integer"),
         Case(GENERATE, "a truncated safetensors file",
-             lambda t: M(_truncate(_hf(t) / "model.safetensors", 3000).parent), "truncated"),
+             lambda t: M(truncate(hf(t) / "model.safetensors", 3000).parent), "truncated"),
         Case(GENERATE, "a truncated consolidated.00.pth",
-             lambda t: M(_truncate(_meta(t) / "consolidated.00.pth", 3000).parent), "cannot read"),
-        Case(GENERATE, "a .pth that pickles an arbitrary object", _pickle_pth, "never runs code"),
-        Case(GENERATE, "a corrupt tokenizer.model", lambda t: M(_file(_hf(t), "tokenizer.model", b"garbage").parent),
+             lambda t: M(truncate(meta(t) / "consolidated.00.pth", 3000).parent), "cannot read"),
+        Case(GENERATE, "a .pth that pickles an arbitrary object", pickle_pth, "never runs code"),
+        Case(GENERATE, "a corrupt tokenizer.model", lambda t: M(file(hf(t), "tokenizer.model", b"garbage").parent),
              "tokenizer"),
     ],
     "Configs": [
-        Case(GENERATE, "params.json with one layer too many", lambda t: M(_meta(t, n_layers=3)), "layers.2"),
-        Case("info", "params.json with the wrong KV heads", lambda t: ["--model", str(_meta(t, n_kv_heads=4))],
+        Case(GENERATE, "params.json with one layer too many", lambda t: M(meta(t, n_layers=3)), "layers.2"),
+        Case("info", "params.json with the wrong KV heads", lambda t: ["--model", str(meta(t, n_kv_heads=4))],
              "shape"),
         Case(GENERATE, "params.json whose top level is a list",
-             lambda t: M(_file(_meta(t), "params.json", b"[1, 2]").parent), "expected a JSON object"),
-        Case(GENERATE, "config.json whose top level is a list", lambda t: M(_file(_hf(t), "config.json", b"[]").parent),
+             lambda t: M(file(meta(t), "params.json", b"[1, 2]").parent), "expected a JSON object"),
+        Case(GENERATE, "config.json whose top level is a list", lambda t: M(file(hf(t), "config.json", b"[]").parent),
              "expected a JSON object"),
-        Case(GENERATE, "config.json with num_attention_heads 0", lambda t: M(_hf(t, num_attention_heads=0)),
+        Case(GENERATE, "config.json with num_attention_heads 0", lambda t: M(hf(t, num_attention_heads=0)),
              "num_attention_heads must be a positive integer"),
         Case("info", "config.json with num_attention_heads 0",
-             lambda t: ["--model", str(_hf(t, num_attention_heads=0))], "num_attention_heads"),
-        Case(GENERATE, "config.json with a string hidden_size", lambda t: M(_hf(t, hidden_size="32")),
+             lambda t: ["--model", str(hf(t, num_attention_heads=0))], "num_attention_heads"),
+        Case(GENERATE, "config.json with a string hidden_size", lambda t: M(hf(t, hidden_size="32")),
              "hidden_size must be a positive integer"),
     ],
     "Arithmetic llamafast does not implement": [
         Case(GENERATE, "transformers 5 rope_parameters with rope_type yarn",
-             lambda t: M(_hf(t, rope_parameters={"rope_type": "yarn", "rope_theta": 500000.0, "factor": 8.0})),
+             lambda t: M(hf(t, rope_parameters={"rope_type": "yarn", "rope_theta": 500000.0, "factor": 8.0})),
              "rope_parameters.rope_type"),
-        Case(GENERATE, "a top-level rope_scaling", lambda t: M(_hf(t, rope_scaling={"type": "linear", "factor": 2.0})),
+        Case(GENERATE, "a top-level rope_scaling", lambda t: M(hf(t, rope_scaling={"type": "linear", "factor": 2.0})),
              "rope_scaling"),
-        Case(GENERATE, "attention_bias true", lambda t: M(_hf(t, attention_bias=True)), "attention_bias"),
-        Case(GENERATE, "mlp_bias true", lambda t: M(_hf(t, mlp_bias=True)), "mlp_bias"),
-        Case(GENERATE, "a head_dim other than hidden_size / heads", lambda t: M(_hf(t, head_dim=16)), "head_dim"),
-        Case(GENERATE, "a sliding_window", lambda t: M(_hf(t, sliding_window=32)), "sliding_window"),
-        Case(GENERATE, "an activation other than SiLU", lambda t: M(_hf(t, hidden_act="gelu")), "hidden_act"),
+        Case(GENERATE, "attention_bias true", lambda t: M(hf(t, attention_bias=True)), "attention_bias"),
+        Case(GENERATE, "mlp_bias true", lambda t: M(hf(t, mlp_bias=True)), "mlp_bias"),
+        Case(GENERATE, "a head_dim other than hidden_size / heads", lambda t: M(hf(t, head_dim=16)), "head_dim"),
+        Case(GENERATE, "a sliding_window", lambda t: M(hf(t, sliding_window=32)), "sliding_window"),
+        Case(GENERATE, "an activation other than SiLU", lambda t: M(hf(t, hidden_act="gelu")), "hidden_act"),
         Case(GENERATE, "partial rotary embeddings",
-             lambda t: M(_hf(t, rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.5})),
+             lambda t: M(hf(t, rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.5})),
              "partial_rotary_factor"),
-        Case(GENERATE, "a model type other than llama", lambda t: M(_hf(t, model_type="mistral")), "not Llama"),
-        Case(GENERATE, "Llama 3.1's use_scaled_rope in params.json", lambda t: M(_meta(t, use_scaled_rope=True)),
+        Case(GENERATE, "a model type other than llama", lambda t: M(hf(t, model_type="mistral")), "not Llama"),
+        Case(GENERATE, "Llama 3.1's use_scaled_rope in params.json", lambda t: M(meta(t, use_scaled_rope=True)),
              "use_scaled_rope"),
-        Case(GENERATE, "an untied config without lm_head.weight", lambda t: M(_untied_without_head(t)),
+        Case(GENERATE, "an untied config without lm_head.weight", lambda t: M(untied_without_head(t)),
              "lm_head.weight"),
     ],
     "Prompts": [
         Case(GENERATE, "a prompt file that is not UTF-8",
-             lambda t: ["--prompt-file", str(_file(t, "p.txt", b"caf\xe9"))], "byte 3"),
+             lambda t: ["--prompt-file", str(file(t, "p.txt", b"caf\xe9"))], "byte 3"),
         Case(GENERATE, "standard input that is not UTF-8", lambda t: ["-"], "standard input is not UTF-8", b"caf\xe9"),
         Case(GENERATE, "a prompt file that does not exist", lambda t: ["--prompt-file", str(t / "nope.txt")],
              "cannot read --prompt-file"),
-        Case(GENERATE, "both PROMPT and --prompt-file", lambda t: ["hi", "--prompt-file", str(_file(t, "p", b"x"))],
+        Case(GENERATE, "both PROMPT and --prompt-file", lambda t: ["hi", "--prompt-file", str(file(t, "p", b"x"))],
              "not both"),
         Case(GENERATE, "no prompt at all", lambda t: [], "no prompt"),
         Case(GENERATE, "a prompt longer than the context", lambda t: ["Once upon a time " * 200], "context is 512"),
@@ -292,93 +132,93 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case(GENERATE, "--config naming a missing file named like a bundled preset",
              lambda t: ["hi", "--config", str(t / "no" / "greedy.toml")], "not found"),
         Case(GENERATE, "--config naming no bundled preset", lambda t: ["hi", "--config", "greedier"], "greedy"),
-        Case(GENERATE, "a preset that is not TOML", lambda t: ["hi", "--config", str(_preset(t, "x = = 1"))],
+        Case(GENERATE, "a preset that is not TOML", lambda t: ["hi", "--config", str(preset(t, "x = = 1"))],
              "not valid TOML"),
-        Case(GENERATE, "a preset that is not UTF-8", lambda t: ["hi", "--config", str(_preset(t, b"x = '\xe9'"))],
+        Case(GENERATE, "a preset that is not UTF-8", lambda t: ["hi", "--config", str(preset(t, b"x = '\xe9'"))],
              "not UTF-8"),
-        Case(GENERATE, "a preset with an unknown key", lambda t: ["hi", "--config", str(_preset(t, "temprature = 1"))],
+        Case(GENERATE, "a preset with an unknown key", lambda t: ["hi", "--config", str(preset(t, "temprature = 1"))],
              "unknown keys"),
-        Case(GENERATE, "a preset with an unknown dtype", lambda t: ["hi", "--config", str(_preset(t, 'dtype = "fp7"'))],
+        Case(GENERATE, "a preset with an unknown dtype", lambda t: ["hi", "--config", str(preset(t, 'dtype = "fp7"'))],
              "dtype"),
         Case(GENERATE, "a preset with an unknown backend",
-             lambda t: ["hi", "--config", str(_preset(t, 'backend = "cuda"'))], "backend"),
+             lambda t: ["hi", "--config", str(preset(t, 'backend = "cuda"'))], "backend"),
         Case(GENERATE, "a preset with an integer given as a string",
-             lambda t: ["hi", "--config", str(_preset(t, 'max_new_tokens = "5"'))],
+             lambda t: ["hi", "--config", str(preset(t, 'max_new_tokens = "5"'))],
              "max_new_tokens must be an integer"),
         Case(GENERATE, "a preset with temperature as a string",
-             lambda t: ["hi", "--config", str(_preset(t, '[sampling]\ntemperature = "hot"'))], "sampling.temperature"),
+             lambda t: ["hi", "--config", str(preset(t, '[sampling]\ntemperature = "hot"'))], "sampling.temperature"),
         Case(GENERATE, "a preset with sampling as a number",
-             lambda t: ["hi", "--config", str(_preset(t, "sampling = 3"))], "[sampling] table"),
+             lambda t: ["hi", "--config", str(preset(t, "sampling = 3"))], "[sampling] table"),
         Case(GENERATE, "a bench preset (shape, random weights)", lambda t: ["hi", "--config", "bench-7b"], "shape"),
         Case("bench", "a preset with a [sampling] table",
-             lambda t: [*BENCH, "--config", str(_preset(t, "[sampling]\ntemperature = 0.0"))], "sampling"),
+             lambda t: [*BENCH, "--config", str(preset(t, "[sampling]\ntemperature = 0.0"))], "sampling"),
     ],
     "Tokenizer": [
         Case(GENERATE, "a tokenizer with more pieces than the model has ids",
              lambda t: ["hi", "--tokenizer", str(LLAMA2C / "tokenizer.model")], "32000 pieces", needs=LLAMA2C),
     ],
     "convert-fp8": [
-        Case("convert-fp8", "DST equal to SRC, with --force", lambda t: [str(_hf(t)), str(t / "hf"), "--force"],
+        Case("convert-fp8", "DST equal to SRC, with --force", lambda t: [str(hf(t)), str(t / "hf"), "--force"],
              "overlaps"),
-        Case("convert-fp8", "DST inside SRC", lambda t: [str(_hf(t)), str(t / "hf" / "fp8")], "overlaps"),
-        Case("convert-fp8", "DST containing SRC, with --force", lambda t: [str(_hf(t)), str(t), "--force"], "overlaps"),
+        Case("convert-fp8", "DST inside SRC", lambda t: [str(hf(t)), str(t / "hf" / "fp8")], "overlaps"),
+        Case("convert-fp8", "DST containing SRC, with --force", lambda t: [str(hf(t)), str(t), "--force"], "overlaps"),
         Case("convert-fp8", "a llama2.c .bin onto itself, with --force",
-             lambda t: [str(_copy_bundled(t)), str(t / "stories.bin"), "--force"], "overlaps"),
+             lambda t: [str(copy_bundled(t)), str(t / "stories.bin"), "--force"], "overlaps"),
         Case("convert-fp8", "DST an existing regular file, with --force",
-             lambda t: [str(bundled_model()), str(_file(t, "out", b"keep me")), "--force"], "not a directory"),
+             lambda t: [str(bundled_model()), str(file(t, "out", b"keep me")), "--force"], "not a directory"),
         Case("convert-fp8", "DST a directory of other files, with --force",
-             lambda t: [str(bundled_model()), str(_hf(t)), "--force"], "not a llamafast checkpoint"),
+             lambda t: [str(bundled_model()), str(hf(t)), "--force"], "not a llamafast checkpoint"),
         Case("convert-fp8", "DST that exists, without --force", lambda t: [str(bundled_model()), str(t)], "--force"),
         Case("convert-fp8", "DST the current directory, with --force", lambda t: [str(bundled_model()), ".", "--force"],
              "current directory"),
         Case("convert-fp8", "DST under a regular file",
-             lambda t: [str(bundled_model()), str(_file(t, "f", b"") / "sub" / "out")], "cannot write"),
-        Case("convert-fp8", "a source that already holds FP8 weights", lambda t: [str(_converted(t)), str(t / "again")],
+             lambda t: [str(bundled_model()), str(file(t, "f", b"") / "sub" / "out")], "cannot write"),
+        Case("convert-fp8", "a source that already holds FP8 weights", lambda t: [str(converted(t)), str(t / "again")],
              "already holds fp8_e5m2"),
         Case("convert-fp8", "a source that does not exist", lambda t: [str(t / "nope"), str(t / "out")], "not found"),
     ],
     "GGUF files and tokenizers": [
-        Case(GENERATE, "a GGUF of another architecture", lambda t: M(_gguf(t, arch="gpt2")), "architecture 'gpt2'"),
-        Case(GENERATE, "a GGUF tensor type llamafast does not dequantize", lambda t: M(_gguf(t, kind="Q5_0")),
+        Case(GENERATE, "a GGUF of another architecture", lambda t: M(gguf(t, arch="gpt2")), "architecture 'gpt2'"),
+        Case(GENERATE, "a GGUF tensor type llamafast does not dequantize", lambda t: M(gguf(t, kind="Q5_0")),
              "has type Q5_0"),
-        Case(GENERATE, "a truncated GGUF", lambda t: M(_truncate(_gguf(t), 20000)), "not a readable GGUF"),
-        Case(GENERATE, "a tokenizer.json that does not parse", lambda t: M(_hf_json_tokenizer(t, b"{not json")),
+        Case(GENERATE, "a truncated GGUF", lambda t: M(truncate(gguf(t), 20000)), "not a readable GGUF"),
+        Case(GENERATE, "a tokenizer.json that does not parse", lambda t: M(hf_json_tokenizer(t, b"{not json")),
              "tokenizer.json"),
         Case(GENERATE, "a chat template that fails to render",
-             lambda t: ["hi", "--chat", "--model", str(_gguf(t, chat_template="{{ raise_exception('no chat') }}"))],
+             lambda t: ["hi", "--chat", "--model", str(gguf(t, chat_template="{{ raise_exception('no chat') }}"))],
              "chat template failed to render"),
-        Case(GENERATE, "a chat template that divides by zero", _chat("{{ 1 // 0 }}"), "ZeroDivisionError"),
-        Case(GENERATE, "a chat template that adds a number to a string", _chat('{{ "a" + 5 }}'), "TypeError"),
-        Case(GENERATE, "a chat template looping 100 million times", _chat("{% for i in range(100000000) %}{% endfor %}"),
+        Case(GENERATE, "a chat template that divides by zero", chat("{{ 1 // 0 }}"), "ZeroDivisionError"),
+        Case(GENERATE, "a chat template that adds a number to a string", chat('{{ "a" + 5 }}'), "TypeError"),
+        Case(GENERATE, "a chat template looping 100 million times", chat("{% for i in range(100000000) %}{% endfor %}"),
              "range"),
-        Case(GENERATE, "a GGUF chat_template that is a number", _chat(5), "tokenizer.chat_template must be"),
+        Case(GENERATE, "a GGUF chat_template that is a number", chat(5), "tokenizer.chat_template must be"),
         Case(GENERATE, "a tokenizer_config.json chat_template that is a number",
-             lambda t: M(_hf_tokenizer_config(t, {"eos_token": "<|endoftext|>", "chat_template": 5})),
+             lambda t: M(hf_tokenizer_config(t, {"eos_token": "<|endoftext|>", "chat_template": 5})),
              "chat_template must be"),
         Case(GENERATE, "a chat_template list without a default",
-             lambda t: M(_hf_tokenizer_config(t, {"eos_token": "<|endoftext|>",
+             lambda t: M(hf_tokenizer_config(t, {"eos_token": "<|endoftext|>",
                                                   "chat_template": [{"name": "tool_use", "template": "x"}]})),
              'no template named "default"'),
-        Case(GENERATE, "a GGUF without tokenizer.ggml.eos_token_id", lambda t: M(_gguf(t, eos=None)), "eos_token_id"),
-        Case(GENERATE, "a GGUF whose bos_token_id is outside its vocabulary", lambda t: M(_gguf(t, bos=512)),
+        Case(GENERATE, "a GGUF without tokenizer.ggml.eos_token_id", lambda t: M(gguf(t, eos=None)), "eos_token_id"),
+        Case(GENERATE, "a GGUF whose bos_token_id is outside its vocabulary", lambda t: M(gguf(t, bos=512)),
              "outside its vocabulary of 512"),
-        Case(GENERATE, "a GGUF with a NaN weight", lambda t: [*M(_gguf_nan(t)), "--max-new-tokens", "4"],
+        Case(GENERATE, "a GGUF with a NaN weight", lambda t: [*M(gguf_nan(t)), "--max-new-tokens", "4"],
              "layers.1.feed_forward.w2.weight holds NaN"),
-        Case("chat", "a GGUF with a NaN weight", lambda t: ["--model", str(_gguf_nan(t)), "--max-new-tokens", "4"],
+        Case("chat", "a GGUF with a NaN weight", lambda t: ["--model", str(gguf_nan(t)), "--max-new-tokens", "4"],
              "layers.1.feed_forward.w2.weight holds NaN", stdin="hi\n"),
-        Case(GENERATE, "a tokenizer.json without tokenizer_config.json", lambda t: M(_hf_tokenizer_config(t, None)),
+        Case(GENERATE, "a tokenizer.json without tokenizer_config.json", lambda t: M(hf_tokenizer_config(t, None)),
              "no tokenizer_config.json"),
-        Case(GENERATE, "a tokenizer_config.json without eos_token", lambda t: M(_hf_tokenizer_config(t, {})),
+        Case(GENERATE, "a tokenizer_config.json without eos_token", lambda t: M(hf_tokenizer_config(t, {})),
              "names no eos_token"),
         Case(GENERATE, "a tokenizer_config.json whose eos_token is not in the vocabulary",
-             lambda t: M(_hf_tokenizer_config(t, {"eos_token": "</s>"})), "'</s>' is not in the vocabulary"),
+             lambda t: M(hf_tokenizer_config(t, {"eos_token": "</s>"})), "'</s>' is not in the vocabulary"),
     ],
     "eval": [
         Case("eval", "an unknown --variant", lambda t: ["--variant", "fp9"], "choose from"),
         Case("eval", "--tokens beyond the context", lambda t: ["--tokens", "600"], "context is 512"),
-        Case("eval", "a --text file of one token", lambda t: ["--text", str(_file(t, "one.txt", b""))], "nothing to score"),
+        Case("eval", "a --text file of one token", lambda t: ["--text", str(file(t, "one.txt", b""))], "nothing to score"),
         Case("eval", "a --text file that does not exist", lambda t: ["--text", str(t / "nope.txt")], "cannot read --text"),
-        Case("eval", "a --text file that is not UTF-8", lambda t: ["--text", str(_file(t, "t.txt", b"caf\xe9"))],
+        Case("eval", "a --text file that is not UTF-8", lambda t: ["--text", str(file(t, "t.txt", b"caf\xe9"))],
              "--text"),
         Case("eval", f"--seed {2**64}", lambda t: ["--seed", str(2**64)], "--seed"),
         Case("eval", "a --seed whose last prompt's seed is past the range",
@@ -386,21 +226,21 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
     ],
     "sparsify and --sparsity": [
         Case("sparsify", "a calibration text too short",
-             lambda t: _sparsify_args(t, "--group-size", "4", text=_file(t, "short.txt", b"Once upon a time")),
+             lambda t: sparsify_args(t, "--group-size", "4", text=file(t, "short.txt", b"Once upon a time")),
              "needs at least 512"),
         Case("sparsify", "a group size that does not divide the FFN width",
-             lambda t: _sparsify_args(t, "--group-size", "32"), "does not divide"),
-        Case("sparsify", "a group size that is not a power of two", lambda t: _sparsify_args(t, "--group-size", "3"),
+             lambda t: sparsify_args(t, "--group-size", "32"), "does not divide"),
+        Case("sparsify", "a group size that is not a power of two", lambda t: sparsify_args(t, "--group-size", "3"),
              "power of two"),
-        Case("sparsify", "--sparsity beyond 0.95", lambda t: _sparsify_args(t, "--sparsity", "0.99"), "[0, 0.95]"),
-        *[Case("sparsify", f"--group-size {g}", lambda t, g=g: _sparsify_args(t, "--group-size", g),
+        Case("sparsify", "--sparsity beyond 0.95", lambda t: sparsify_args(t, "--sparsity", "0.99"), "[0, 0.95]"),
+        *[Case("sparsify", f"--group-size {g}", lambda t, g=g: sparsify_args(t, "--group-size", g),
                "positive power of two") for g in ("0", "-4")],
-        Case("sparsify", f"--seed {2**64}", lambda t: _sparsify_args(t, "--seed", str(2**64)), "--seed"),
+        Case("sparsify", f"--seed {2**64}", lambda t: sparsify_args(t, "--seed", str(2**64)), "--seed"),
         Case("sparsify", "a checkpoint that is already sparsified",
-             lambda t: [str(_sparsified(t)), str(t / "again"), "--text", str(CALIBRATION)], "already sparsified"),
+             lambda t: [str(sparsified(t)), str(t / "again"), "--text", str(CALIBRATION)], "already sparsified"),
         Case(GENERATE, "--sparsity on a checkpoint without routers", lambda t: ["hi", "--sparsity", "0.5"],
              "has no routers"),
-        Case(GENERATE, "--sparsity below 0", lambda t: [*M(_sparsified(t)), "--sparsity", "-0.1"], "[0, 0.95]"),
+        Case(GENERATE, "--sparsity below 0", lambda t: [*M(sparsified(t)), "--sparsity", "-0.1"], "[0, 0.95]"),
         Case("bench", "--sparsity on a checkpoint without routers", lambda t: ["--device", "cpu", "--sparsity", "0.5"],
              "has no routers"),
         Case("bench", "--sparsity values that are not numbers", lambda t: [*BENCH, "--sparsity", "half"],
@@ -451,16 +291,3 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
 CASES = [case for cases in CASES_BY_GROUP.values() for case in cases]
 
 
-def _truncate(path: Path, n: int) -> Path:
-    path.write_bytes(path.read_bytes()[:n])
-    return path
-
-
-def _untied_without_head(tmp: Path) -> Path:
-    folder = _hf(tmp)
-    from safetensors.torch import load_file, save_file
-
-    tensors = load_file(folder / "model.safetensors")
-    del tensors["lm_head.weight"]
-    save_file(tensors, folder / "model.safetensors")
-    return folder

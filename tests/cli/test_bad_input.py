@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from llamafast.cli import app
 from llamafast.load import bundled_model
 
-from .bad_inputs import CASES, Case, _hf, _truncate
+from .bad_input_files import hf, truncate
+from .bad_inputs import CASES, Case
 from ..conftest import STORIES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +57,7 @@ def _snapshot(folder: Path) -> set[str]:
 
 def test_convert_overlap_keeps_the_source_intact(tmp_path):
     """Defect 1: `convert-fp8 same same --force` destroyed the Hugging Face checkpoint."""
-    src = _hf(tmp_path)
+    src = hf(tmp_path)
     files = {p.name: p.read_bytes() for p in src.iterdir()}
     assert_clean_error(CliRunner().invoke(app, ["convert-fp8", str(src), str(src), "--force"]), "overlaps")
     assert {p.name: p.read_bytes() for p in src.iterdir()} == files
@@ -89,7 +90,7 @@ def test_stories_files_are_refused_when_truncated(tmp_path):
     if not STORIES.is_dir():
         pytest.skip("needs ../shared/testdata")
     shutil.copytree(STORIES / "hf", tmp_path / "hf")
-    _truncate(tmp_path / "hf" / "model.safetensors", 500_000)
+    truncate(tmp_path / "hf" / "model.safetensors", 500_000)
     assert_clean_error(CliRunner().invoke(app, ["generate", "hi", "--model", str(tmp_path / "hf")]), "truncated")
 
 

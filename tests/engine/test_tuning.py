@@ -18,7 +18,7 @@ from llamafast.config import Backend, FP8Format, WeightFormat
 from llamafast.kernels.decode_attention import default_config
 from llamafast.kernels.gemv import GemvConfig, gemv_config
 from llamafast.load.weights import quantize_state, random_state
-from llamafast.tp.shard import Shard, random_shard
+from llamafast.load.shard import Shard, random_shard
 from llamafast.tuning import cache
 from llamafast.tuning.sweep import TABLES, attention_candidates, gemv_candidates, sweep
 

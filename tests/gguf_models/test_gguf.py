@@ -203,7 +203,7 @@ def test_gguf_straight_to_fp8(tmp_path):
 def test_convert_fp8_of_a_gguf_keeps_its_tokenizer_and_template(tmp_path):
     """convert-fp8 writes the GGUF's own tokenizer as tokenizer.json + tokenizer_config.json (never the GGUF file
     itself as tokenizer.model), so the converted model encodes and chats as the GGUF did."""
-    from llamafast.formats.convert import convert_fp8
+    from llamafast.tools.convert import convert_fp8
 
     write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_1", chat_template="<{{ messages[0]['content'] }}>")
     convert_fp8(tmp_path / "m.gguf", tmp_path / "fp8", device=torch.device("cpu"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llamafast.bench.registry import REGISTRY
+from llamafast.measure.registry import REGISTRY
 from llamafast.kernels.decode_attention import attention_config
 
 from .common import DEVICE, DOT_DTYPES, SHAPES, tolerance

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llamafast.bench.registry import REGISTRY
+from llamafast.measure.registry import REGISTRY
 
 from .common import DTYPES, FP8, SHAPES, assert_matches_reference
 

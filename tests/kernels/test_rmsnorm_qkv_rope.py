@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llamafast.bench.registry import REGISTRY
+from llamafast.measure.registry import REGISTRY
 
 from .common import DEVICE, DTYPES, FP8, SHAPES, tolerance
 

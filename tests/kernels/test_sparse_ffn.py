@@ -11,7 +11,7 @@ import torch
 from llamafast.kernels import sparse_ffn
 
 from llamafast import reference
-from llamafast.bench.registry import fmt_of, rand, weight
+from llamafast.measure.registry import fmt_of, rand, weight
 from llamafast.config import MODEL_CONFIGS, ModelConfig, SparseMode, sparse_work_size
 from llamafast.quant import quantize
 
@@ -155,7 +155,7 @@ def test_counters_and_list(config, g):
 @pytest.mark.parametrize("mode", list(SparseMode), ids=str)
 def test_bench_inputs_skip_half(mode):
     """bench --kernels times exactly what its byte count assumes: n - round(n / 2) groups run."""
-    from llamafast.bench.registry import REGISTRY
+    from llamafast.measure.registry import REGISTRY
 
     config = ModelConfig(dim=96, n_layers=1, n_heads=6, hidden_dim=200)  # 25 groups of 8
     args, kw = REGISTRY[f"sparse_ffn[{mode.value} 0.5]"].make_inputs(config, torch.float32, DEVICE, 1, None)

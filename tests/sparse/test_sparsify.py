@@ -15,15 +15,15 @@ from typer.testing import CliRunner
 from llamafast.cli import app
 from llamafast.config import Backend, DType, SamplingConfig, SparseLayout, SparseMode, SparseRun, WeightFormat
 from llamafast.formats import open_checkpoint
-from llamafast.formats.convert import convert_fp8
-from llamafast.formats.sparsify import sparsify
+from llamafast.tools.convert import convert_fp8
+from llamafast.tools.sparsify import sparsify
 from llamafast.generate import Engine, generate
 from llamafast.load import bundled_model, load_model
 from llamafast.quant import FP8Format
 from llamafast.sparse import balanced_assign, exact_sparse_state
 from llamafast.load.weights import random_state
 
-from ..cli.bad_inputs import CALIBRATION
+from ..cli.bad_input_files import CALIBRATION
 
 CPU = torch.device("cpu")
 GREEDY = SamplingConfig(temperature=0)

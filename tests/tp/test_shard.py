@@ -13,11 +13,11 @@ import torch
 from llamafast.config import ModelConfig
 from llamafast.errors import LlamafastError
 from llamafast.formats import open_checkpoint
-from llamafast.formats.convert import convert_fp8
+from llamafast.tools.convert import convert_fp8
 from llamafast.formats.writer import save_checkpoint, state_specs
 from llamafast.load import bundled_model
 from llamafast.quant import FP8Format, quantize_named
-from llamafast.tp.shard import Shard, check_shardable, load_shard, local_shapes, random_shard
+from llamafast.load.shard import Shard, check_shardable, load_shard, local_shapes, random_shard
 from llamafast.load.weights import load_state, random_state
 
 from ..conftest import STORIES, requires_stories
@@ -211,7 +211,7 @@ def test_staging_jobs_hold_the_rank_slices(checkpoints, kind):
     format makes a job whose parts, filled into a buffer as the reader threads do, are the direct read's slices."""
     from llamafast.load.staging import _fill
     from llamafast.load.weights import as_stored
-    from llamafast.tp.shard import _direct, _job, _plan
+    from llamafast.load.shard import _direct, _job, _plan
 
     ckpt = open_checkpoint(checkpoints[kind])
     for rank in range(2):

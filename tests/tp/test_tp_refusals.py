@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from llamafast.cli import app
 from llamafast.load import bundled_model
 
-from ..cli.bad_inputs import RANK0_OF_2
+from ..cli.bad_input_files import RANK0_OF_2
 from .test_tp_run import one_rank_sees, torchrun
 
 GREEDY = ["--temperature", "0", "--max-new-tokens", "8"]

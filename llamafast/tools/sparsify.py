@@ -20,7 +20,7 @@ import torch
 
 from llamafast.config import SPARSE_LEVELS, Backend, SparseLayout, default_group_size
 from llamafast.errors import LlamafastError
-from llamafast.formats.convert import tokenizer_writer
+from llamafast.tools.convert import tokenizer_writer
 from llamafast.formats.writer import check_destination, save_checkpoint
 from llamafast.load import load_model, open_model
 from llamafast.quant import dequantize
