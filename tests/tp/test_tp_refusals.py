@@ -80,7 +80,9 @@ def test_convert_under_torchrun_is_refused_on_every_rank(tmp_path):
     assert done.returncode != 0 and not out.exists()
     assert len(errors(done)) == 1 and "convert-fp8 does not run under torchrun" in errors(done)[0], done.stderr
     codes = re.findall(r"exitcode\s+: (-?\d+)", done.stderr)  # torchrun's report, a paragraph per rank
-    assert codes == ["1", "1"], done.stderr
+    # Rank 1 exits 1 too, unless torchrun stopped it (SIGTERM, -15) when rank 0 left before rank 1 got that far:
+    # still starting on a busy machine, it cannot know. No rank ever converts or exits 0.
+    assert "1" in codes and len(codes) == 2 and set(codes) <= {"1", "-15"}, done.stderr
 
 
 def test_other_ranks_are_silent_about_what_rank_0_reports(monkeypatch):
