@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from llamafast.bench.common import copy_bandwidth, random_prompt
+from llamafast.measure.common import copy_bandwidth, random_prompt
 from llamafast.bench.decode import bench_backend
 from llamafast.config import Backend
 from llamafast.kernels import gemv
