@@ -55,24 +55,12 @@ def bench(
     (--prefill: time to first token per prompt length; --kernels: each kernel against its reference)."""
     from llamafast.bench.decode import run_bench, sparse_pair
     from llamafast.generate import PREFILL_CHUNK
-    from llamafast.load import quantized, resolve_backend
+    from llamafast.load import quantized
 
     with clean_errors(), tensor_parallel(tp, device) as ranks:
-        check_out(out)
-        run = preset(config)
-        run.refuse_unused("bench", BENCH_KEYS)
-        backend = backend or ([run.backend] if run.backend else None)
-        dev = ranks.device if ranks else device_or_default(pick(device, run.device))
+        run, backend, dev = on_every_rank(ranks, lambda: _options(  # every rank's refusal is one line
+            out, config, backend, device, ranks, kernels, timeline, prefill, sparsity, tp_comm))
         fmt = fp8_format if fp8 else None
-        for b in backend or []:
-            check_tp_backend(ranks, b)
-        if ranks and (kernels or timeline or sparsity is not None):
-            raise LlamafastError(f"--tp does not run {'--kernels' if kernels else '--timeline' if timeline else '--sparsity'}")
-        if timeline and (kernels or prefill or sparsity is not None or dev.type != "cuda"):
-            raise LlamafastError("--timeline profiles the triton decode step on a CUDA GPU, alone (not with --kernels, "
-                                 "--prefill or --sparsity)")
-        if tp_comm and not ranks:
-            raise LlamafastError("--tp-comm applies only to a tensor-parallel run (torchrun ... --tp N)")
         if kernels:
             from llamafast.cli.bench_kernels import bench_kernels_command
 
@@ -83,20 +71,13 @@ def bench(
         source = on_every_rank(ranks, lambda: _source(run, model, tokenizer, random_weights, shape))  # before any weights load
         max_seq_len = model_config(source).max_seq_len if isinstance(source, str) else source.config.max_seq_len
         if prefill:
-            lengths = _lengths(prompt_lens, max_seq_len)
+            lengths = on_every_rank(ranks, lambda: _lengths(prompt_lens, max_seq_len))
             lm = on_every_rank(ranks, lambda: _bench_model(run, source, dev, dtype, ranks))
             _note(attach_comm(ranks, lm, TPComm.nccl))
             return _bench_prefill(lm, backend, lengths, reps, chunk or PREFILL_CHUNK, json_out, out)
-        n_prompt, n_new = pick(prompt_len, run.prompt_len), pick(new_tokens, run.max_new_tokens)
-        if n_prompt < 1 or n_new < 2:
-            raise LlamafastError("--prompt-len must be at least 1 and --new-tokens at least 2")
-        check_context(n_prompt, n_new, max_seq_len)
-        runs = _sparse_runs(sparsity, sparse_mode, group_size, source, dev)
-        default = [Backend.triton] if fmt or runs is not None or ranks else list(Backend) if dev.type == "cuda" else [Backend.reference]
-        if ranks and dev.type != "cuda":
-            default = [Backend.reference]
-        for b in backend or default:  # a backend the device cannot run is refused before any weights load
-            resolve_backend(b, dev)
+        n_prompt, n_new, runs, default = on_every_rank(ranks, lambda: _decode_options(
+            run, prompt_len, new_tokens, max_seq_len, sparsity, sparse_mode, group_size, source, dev, fmt, backend,
+            ranks))
         lm = on_every_rank(ranks, lambda: _bench_model(run, source, dev, dtype, ranks, fmt))
         comms = [None]
         if ranks:
@@ -119,6 +100,43 @@ def bench(
         report = run_bench(models, backend or default, n_prompt, n_new, twins, runs or [], comms)
         if not emit_json(report.to_dict(), out, json_out):
             _print_report(report)
+
+
+def _options(out, config, backend, device, ranks, kernels, timeline, prefill, sparsity, tp_comm):
+    """The preset, the backends asked for and the device, with the option combinations bench refuses."""
+    check_out(out)
+    run = preset(config)
+    run.refuse_unused("bench", BENCH_KEYS)
+    backend = backend or ([run.backend] if run.backend else None)
+    dev = ranks.device if ranks else device_or_default(pick(device, run.device))
+    for b in backend or []:
+        check_tp_backend(ranks, b)
+    if ranks and (kernels or timeline or sparsity is not None):
+        raise LlamafastError(f"--tp does not run {'--kernels' if kernels else '--timeline' if timeline else '--sparsity'}")
+    if timeline and (kernels or prefill or sparsity is not None or dev.type != "cuda"):
+        raise LlamafastError("--timeline profiles the triton decode step on a CUDA GPU, alone (not with --kernels, "
+                             "--prefill or --sparsity)")
+    if tp_comm and not ranks:
+        raise LlamafastError("--tp-comm applies only to a tensor-parallel run (torchrun ... --tp N)")
+    return run, backend, dev
+
+
+def _decode_options(run, prompt_len, new_tokens, max_seq_len, sparsity, sparse_mode, group_size, source, dev, fmt,
+                    backend, ranks):
+    """The decode bench's token counts, sparse runs and default backends, checked before any weights load."""
+    from llamafast.load import resolve_backend
+
+    n_prompt, n_new = pick(prompt_len, run.prompt_len), pick(new_tokens, run.max_new_tokens)
+    if n_prompt < 1 or n_new < 2:
+        raise LlamafastError("--prompt-len must be at least 1 and --new-tokens at least 2")
+    check_context(n_prompt, n_new, max_seq_len)
+    runs = _sparse_runs(sparsity, sparse_mode, group_size, source, dev)
+    default = [Backend.triton] if fmt or runs is not None or ranks else list(Backend) if dev.type == "cuda" else [Backend.reference]
+    if ranks and dev.type != "cuda":
+        default = [Backend.reference]
+    for b in backend or default:  # a backend the device cannot run is refused before any weights load
+        resolve_backend(b, dev)
+    return n_prompt, n_new, runs, default
 
 
 # The preset keys bench reads (it decodes greedily: a [sampling] table would be ignored, so it is refused).

@@ -101,3 +101,10 @@ def test_tp_timeout_in_seconds(monkeypatch, value, seconds):
     else:
         monkeypatch.setenv("LLAMAFAST_TP_TIMEOUT", value)
     assert timeout() == timedelta(seconds=seconds)
+
+
+def test_bench_refusals_are_printed_once():
+    """bench's own checks run on every rank alike: rank 0 reports, once."""
+    done = torchrun(2, "-m", "llamafast", "bench", "--random-weights", "--shape", "stories260K", "--prompt-len", "0")
+    assert done.returncode != 0
+    assert len(errors(done)) == 1 and "--prompt-len must be at least 1" in errors(done)[0], done.stderr[-3000:]
