@@ -4,6 +4,7 @@ and through a pseudo-terminal. Its tokenizer is SentencePiece, so turns use the 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -221,13 +222,7 @@ def test_ctrl_c_in_a_terminal():
     args = [sys.executable, "-m", "llamafast", "chat", "--max-new-tokens", "400", "--temperature", "0.8",
             "--seed", "1", "--device", "cpu"]
     env = {**os.environ, "TERM": "dumb", "COLUMNS": "200", "LINES": "50"}
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
-    child = subprocess.Popen([sys.executable, "-c", _ATTACH, *args], stdin=slave, stdout=slave, stderr=slave,
-                             env=env, start_new_session=True)
-    os.close(slave)
-    term = _Terminal(master)
-    try:
+    with _in_terminal(args, env) as (master, term, child):
         term.wait_for(b"> ", 60)
         os.write(master, b"Tell me a story\r")
         mark = term.wait_for(b"Tell me a story", 10)
@@ -239,6 +234,19 @@ def test_ctrl_c_in_a_terminal():
         assert _exit_code(child, term, 20) == 0, term.out.decode(errors="replace")[-2000:]
         assert b"Traceback" not in term.out
         assert b"tokens (length)" not in term.out  # the reply did not run to its end
+
+
+@contextlib.contextmanager
+def _in_terminal(args: list[str], env: dict):
+    """The command on a pseudo-terminal of 50 x 200 as a user's shell runs it: (our end, a _Terminal reading it, the
+    child), which is killed if it is still running at the end."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    child = subprocess.Popen([sys.executable, "-c", _ATTACH, *args], stdin=slave, stdout=slave, stderr=slave,
+                             env=env, start_new_session=True)
+    os.close(slave)
+    try:
+        yield master, _Terminal(master), child
     finally:
         if child.poll() is None:
             child.kill()
@@ -253,12 +261,7 @@ def test_a_line_that_is_not_utf8_in_a_terminal(errors):
     """Bytes that are not UTF-8 typed at the prompt: that line is refused in one line, the chat goes on."""
     args = [sys.executable, "-m", "llamafast", "chat", "--max-new-tokens", "4", "--temperature", "0", "--device", "cpu"]
     env = {**os.environ, "TERM": "dumb", "LC_ALL": "C", "PYTHONIOENCODING": f"utf-8:{errors}"}
-    master, slave = os.openpty()
-    child = subprocess.Popen([sys.executable, "-c", _ATTACH, *args], stdin=slave, stdout=slave, stderr=slave,
-                             env=env, start_new_session=True)
-    os.close(slave)
-    term = _Terminal(master)
-    try:
+    with _in_terminal(args, env) as (master, term, child):
         term.wait_for(b"> ", 60)
         os.write(master, b"caf\xe9\r")
         refused = term.wait_for(b"line skipped", 10)
@@ -268,11 +271,6 @@ def test_a_line_that_is_not_utf8_in_a_terminal(errors):
         assert _exit_code(child, term, 20) == 0, term.out.decode(errors="replace")[-2000:]
         errors = [line for line in term.out.splitlines() if line.startswith(b"error:")]
         assert len(errors) == 1 and b"0xe9" in errors[0] and b"Traceback" not in term.out, term.out[-2000:]
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        os.close(master)
 
 
 class _Terminal:
