@@ -15,7 +15,7 @@ FILES = sorted(p for d in ("llamafast", "kernels", "scripts", "tests") for p in 
 # Bottom to top: a module may import from its own floor and the ones below. The top-level modules of llamafast/
 # each name their floor; a package's modules all stand on its floor.
 FLOORS = [
-    ("config", ["llamafast.config", "llamafast.errors", "llamafast"]),
+    ("config", ["llamafast.config", "llamafast.errors", "llamafast.settings", "llamafast"]),
     ("kernels", ["llamafast.kernels"]),
     ("model", ["llamafast.model", "llamafast.reference", "llamafast.backends", "llamafast.quant", "llamafast.sampling",
                "llamafast.sparse", "llamafast.measure"]),

@@ -21,7 +21,7 @@ from llamafast.cli.eval import eval_command
 from llamafast.cli.generate import generate
 from llamafast.cli.info import info
 from llamafast.cli.sparsify import sparsify
-from llamafast.cli.tp import refuse_under_torchrun
+from llamafast.cli.tp import check_settings, refuse_under_torchrun
 
 
 class _Commands(typer.core.TyperGroup):
@@ -72,6 +72,7 @@ def _main(
     """llamafast: Llama 2 at batch 1, as fast as the GPU's memory allows."""
     with clean_errors():
         refuse_under_torchrun(ctx.invoked_subcommand)
+        check_settings()
 
 
 app.command()(bench)

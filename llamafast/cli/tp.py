@@ -79,6 +79,16 @@ def refuse_under_torchrun(command: str | None) -> None:
                           f"parallel); run it once, without torchrun")
 
 
+def check_settings() -> None:
+    """The LLAMAFAST_* variables (llamafast/settings.py), checked as a command starts: a garbage value is one line
+    (printed once under torchrun, where every rank has the same environment), before any work."""
+    from llamafast.settings import settings
+
+    launch = torchrun_launch()
+    with reported_once(launch.rank if launch else 0):
+        settings()
+
+
 @contextlib.contextmanager
 def reported_once(rank: int, ranks=None) -> Iterator[None]:
     """An error that every rank raises alike is printed by rank 0 alone, and every rank exits with status 1 once

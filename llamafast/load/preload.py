@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import importlib
 import json
-import os
 import threading
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import torch
 
 from llamafast.errors import LlamafastError
 from llamafast.formats.files import write_atomically
+from llamafast.settings import settings
 
 VERSION = 1
 MOST = 256  # kernels a file keeps (prompt lengths add specializations); the first recorded stay
@@ -105,7 +105,7 @@ def preloading(config, dtype, fp8, backend, device: torch.device, ranks=None, wa
     None. What could not be saved afterwards goes to warn."""
     from llamafast.config import Backend
 
-    off = os.environ.get("LLAMAFAST_PRELOAD") == "0"
+    off = not settings().preload
     if off or device.type != "cuda" or ranks or backend not in (None, Backend.triton):
         yield None
         return

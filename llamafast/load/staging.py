@@ -11,7 +11,6 @@ waits for a buffer that a later tensor holds.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,10 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-# Threads filling buffers: one thread's memcpy from the page cache is well under PCIe speed. H100 host, 7B HF
-# bf16 load_s with 4 / 8 / 16: 1.58 / 1.88 / 3.13 s (each thread adds a pinned buffer the size of the largest
-# tensor to allocate; scripts/experiments/startup/load_threads.txt).
-READERS = int(os.environ.get("LLAMAFAST_LOAD_THREADS", "4"))
+from llamafast.settings import settings
+
 MAX_STAGED_BYTES = 1 << 30  # larger tensors (none in Llama 2) go the direct way
 
 
@@ -43,8 +40,11 @@ class Job:
         return n
 
 
-def stream(jobs: list[Job], device: torch.device, readers: int = READERS) -> Iterator[tuple[Job, torch.Tensor]]:
-    """Yields (job, tensor on device in the stored dtype), in job order."""
+def stream(jobs: list[Job], device: torch.device, readers: int | None = None) -> Iterator[tuple[Job, torch.Tensor]]:
+    """Yields (job, tensor on device in the stored dtype), in job order. readers: threads filling the pinned
+    buffers, since one thread's memcpy from the page cache is well under PCIe speed (default
+    settings().load_threads)."""
+    readers = readers or settings().load_threads
     size = max((j.nbytes for j in jobs if j.nbytes <= MAX_STAGED_BYTES), default=0)
     free = deque((torch.empty(size, dtype=torch.uint8, pin_memory=True), None) for _ in range(readers + 1))
     pending: deque = deque()

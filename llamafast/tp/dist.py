@@ -9,7 +9,6 @@ which rank 0 alone prints) and exit status instead of waiting for a peer that ha
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,12 +20,12 @@ import torch.distributed as dist
 
 from llamafast.errors import LlamafastError, SharedError
 from llamafast.load.shard import Shard
+from llamafast.settings import settings
 
 T = TypeVar("T")
 
 # NVLink multicast stays off on the lent machines (KERNELS.md); set before any CUDA work.
 _ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-TIMEOUT_VAR, DEFAULT_TIMEOUT_S = "LLAMAFAST_TP_TIMEOUT", 60
 
 
 @dataclass(frozen=True)
@@ -63,20 +62,8 @@ def setup(device_name: str | None) -> Ranks:
 
 
 def timeout() -> timedelta:
-    """How long a collective waits for a rank that has gone: LLAMAFAST_TP_TIMEOUT, a positive number of seconds
-    (fractions too). torchrun gives every rank the same environment, so every rank refuses a bad value alike."""
-    text = os.environ.get(TIMEOUT_VAR, str(DEFAULT_TIMEOUT_S))
-    try:
-        return timedelta(seconds=_positive(float(text)))
-    except (ValueError, OverflowError):
-        raise SharedError(f"{TIMEOUT_VAR}={text!r}: expected a positive number of seconds, such as 30 or 2.5 "
-                          f"(default {DEFAULT_TIMEOUT_S})") from None
-
-
-def _positive(seconds: float) -> float:
-    if not 0 < seconds < math.inf:  # nan too
-        raise ValueError(seconds)
-    return seconds
+    """How long a collective waits for a rank that has gone (LLAMAFAST_TP_TIMEOUT, llamafast/settings.py)."""
+    return timedelta(seconds=settings().tp_timeout_s)
 
 
 def same_arguments(ranks: Ranks, args: Sequence[str]) -> None:

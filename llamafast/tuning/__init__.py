@@ -11,7 +11,6 @@ ran (cli/common.py tune_decode).
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import torch
 from llamafast.measure.common import environment
 from llamafast.config import Backend, FP8Format, ModelConfig, WeightFormat
 from llamafast.model import Transformer
+from llamafast.settings import settings
 from llamafast.tuning import cache
 from llamafast.tuning.cache import Entries, Entry
 from llamafast.tuning.sweep import TABLES, Timer, graph_timer, sweep, table_name
@@ -69,11 +69,9 @@ class Tuned:
 
 
 def enabled() -> bool:
-    """LLAMAFAST_TUNE=0 (or false, no, off) turns tuning off: no sweep and no cached launches, only the
-    committed tables and the kernels' defaults. A variable rather than a command-line option: like
-    LLAMAFAST_TUNE_DIR and TRITON_CACHE_DIR it is about this machine's cache, it reaches library callers and
-    torchrun's ranks alike, and generate, chat and bench keep their options."""
-    return os.environ.get("LLAMAFAST_TUNE", "1").strip().lower() not in ("0", "false", "no", "off")
+    """LLAMAFAST_TUNE=0 (llamafast/settings.py) turns tuning off: no sweep and no cached launches, only the
+    committed tables and the kernels' defaults."""
+    return settings().tune
 
 
 def model_jobs(model: Transformer) -> list[Job]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from llamafast.errors import LlamafastError
 from llamafast.formats.files import write_atomically
+from llamafast.settings import settings
 from llamafast.kernels import gemv
 from llamafast.kernels.decode_attention import AttentionConfig
 from llamafast.kernels.gemv import GemvConfig
@@ -33,8 +34,8 @@ Entries = dict[tuple[str, tuple[int, ...]], Entry]  # (table name, key) -> entry
 
 def tune_dir() -> Path:
     """$LLAMAFAST_TUNE_DIR, else a sibling of Triton's cache directory named llamafast."""
-    if os.environ.get("LLAMAFAST_TUNE_DIR"):
-        return Path(os.environ["LLAMAFAST_TUNE_DIR"]).expanduser()
+    if settings().tune_dir is not None:
+        return settings().tune_dir
     try:
         from triton import knobs  # recent tritons: the directory Triton itself uses
 

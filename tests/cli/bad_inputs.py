@@ -271,6 +271,16 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("bench", "--out in a directory that does not exist", lambda t: [*BENCH, "--out", str(t / "no" / "x.json")],
              "cannot write --out"),
     ],
+    "Settings (LLAMAFAST_* variables)": [
+        *[Case(GENERATE, f"{name}={value}", lambda t: ["hi"], f"{name}='{value}': expected {what}", env={name: value})
+          for name, value, what in [
+              ("LLAMAFAST_TUNE", "maybe", "1 or 0"), ("LLAMAFAST_PRELOAD", "2", "1 or 0"),
+              ("LLAMAFAST_LOAD_THREADS", "0", "a whole number from 1 to 64"),
+              ("LLAMAFAST_LOAD_THREADS", "four", "a whole number from 1 to 64"),
+              ("LLAMAFAST_TP_TIMEOUT", "soon", "a positive number of seconds"),
+          ]],
+        Case("info", "LLAMAFAST_TUNE=maybe", lambda t: [], "LLAMAFAST_TUNE", env={"LLAMAFAST_TUNE": "maybe"}),
+    ],
     "Tensor parallel (torchrun)": [
         Case(GENERATE, "--tp 2 without torchrun", lambda t: ["hi", "--tp", "2"], "torchrun --standalone --nproc-per-node 2"),
         Case(GENERATE, "--tp 0", lambda t: ["hi", "--tp", "0"], "at least 1"),
