@@ -10,8 +10,9 @@ STARTED = time.perf_counter()  # the first llamafast import: commands report the
 
 from llamafast.config import MODEL_CONFIGS, ModelConfig  # noqa: E402
 
-__all__ = ["MODEL_CONFIGS", "ModelConfig", "Engine", "load_model", "random_model"]
-_LAZY = {"Engine": "llamafast.generate", "load_model": "llamafast.load", "random_model": "llamafast.load"}
+__all__ = ["MODEL_CONFIGS", "ModelConfig", "Engine", "load_model", "open_model", "random_model", "ready"]
+_LAZY = {"Engine": "llamafast.generate", "load_model": "llamafast.load", "open_model": "llamafast.load",
+         "random_model": "llamafast.load", "ready": "llamafast.runtime"}
 
 
 def __getattr__(name: str):

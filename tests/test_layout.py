@@ -23,7 +23,7 @@ FLOORS = [
     ("tokenizers", ["llamafast.tokenizers"]),
     ("tuning", ["llamafast.tuning"]),
     ("load", ["llamafast.load"]),
-    ("runtime", ["llamafast.generate", "llamafast.prompt_graph", "llamafast.chat", "llamafast.tp"]),
+    ("runtime", ["llamafast.runtime", "llamafast.generate", "llamafast.prompt_graph", "llamafast.chat", "llamafast.tp"]),
     ("tools", ["llamafast.bench", "llamafast.tools"]),
     ("cli", ["llamafast.cli", "llamafast.__main__"]),
 ]

@@ -7,6 +7,7 @@ and (in a terminal) a summary of each reply go to stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -20,7 +21,7 @@ from llamafast.cli.streams import OutputError
 from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt,
     PenaltyOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors, device_or_default, err, path_or, pick,
-    preset, progress_bar, sampling_config, tune_decode, utf8_argument, utf8_options,
+    preset, progress_bar, sampling_config, say_tuned, say_tuning, utf8_argument, utf8_options,
 )
 from llamafast.config import FP8Format
 from llamafast.errors import LlamafastError
@@ -64,8 +65,8 @@ def chat(
     /save! FILE (replaces), /exit, /help. Ctrl-C stops a reply; Ctrl-C or Ctrl-D at the prompt leaves. Piped input: one turn per line."""
     from llamafast.chat import ChatSession
     from llamafast.generate import Engine
-    from llamafast.load import load_model, open_model
-    from llamafast.load.preload import preloading
+    from llamafast.load import open_model
+    from llamafast.runtime import ready
 
     with clean_errors():
         run = preset(config)
@@ -76,19 +77,19 @@ def chat(
         dev = device_or_default(pick(device, run.device))
         opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
         size = _context_size(context, opened.config.max_seq_len, max_new)  # refused before any weights load
-        with preloading(opened.config, pick(dtype, run.dtype), fp8_format if fp8 else None, pick(backend, run.backend),
-                        dev, warn=lambda text: err.print(f"warning: {escape(text)}")) as preload:
+        with contextlib.ExitStack() as stack:
             with progress_bar() as update:
-                lm = load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend), update,
-                                fp8_format if fp8 else None)
-            tune_decode(lm.model)
+                lm, startup = stack.enter_context(ready(
+                    opened, dev, pick(dtype, run.dtype), pick(backend, run.backend), fp8_format if fp8 else None, update,
+                    before_tuning=say_tuning, warn=lambda text: err.print(f"warning: {escape(text)}")))
+            say_tuned(startup.tuning)
             engine = Engine(lm.model, sampling, size, n_vocab=opened.tokenizer.vocab_size)
             session = ChatSession(engine, opened.tokenizer, system, max_new, stop or [], model=lm.source)
             interactive = sys.stdin.isatty()
             if interactive:
                 _note(f"{lm.source}: {lm.backend.value}, {lm.weights} weights, on {dev}; context {size} tokens; "
                       "/help for commands, Ctrl-D to leave")
-            code = Repl(session, interactive, preload).run()
+            code = Repl(session, interactive, startup).run()
     raise typer.Exit(code)
 
 
@@ -106,9 +107,9 @@ class Repl:
     """Reads lines (a prompt with readline in a terminal, plain lines from a pipe) and runs each as a command or
     a turn. run() returns the exit code: 0; from a pipe 1 if any line was refused, 130 after Ctrl-C."""
 
-    def __init__(self, session, interactive: bool, preload=None):
+    def __init__(self, session, interactive: bool, startup=None):
         self.session, self.interactive = session, interactive
-        self.preload = preload  # the kernels loaded before their first launch (load/preload.py), for /stats
+        self.startup = startup  # llamafast.runtime.Startup: the kernels preloaded, for /stats
         self.refused = 0  # lines that ended in an error (piped input exits 1 at the end if any)
         self.interrupted = False  # piped input stopped by Ctrl-C (exit code 130)
         self.commands = {"/reset": self._reset, "/system": self._system, "/stats": self._stats, "/save": self._save,
@@ -210,7 +211,7 @@ class Repl:
         s = self.session.stats()
         tps, ttft = s["last_tokens_per_s"], s["last_ttft_s"]
         last = "n/a" if ttft is None else f"{f'{tps:.1f} tok/s' if tps else 'n/a'}, ttft {ttft * 1e3:.1f} ms"
-        preloaded = f"; {self.preload.loaded} kernels preloaded" if self.preload else ""
+        preloaded = f"; {self.startup.kernels_preloaded} kernels preloaded" if self.startup else ""
         print(f"turns {s['turns']}; context {s['context_tokens']}/{s['context_size']} tokens; last reply {last}; "
               f"{s['total_generated']} tokens generated{preloaded}", flush=True)
 

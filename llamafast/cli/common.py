@@ -104,10 +104,12 @@ def progress_bar(description: str = "loading weights"):
     task = bar.add_task(description, total=None)
 
     def update(done: int, total: int) -> None:
-        if total >= 256 << 20:  # small models load in a blink: no bar
+        if total >= 256 << 20 and done < total:  # small models load in a blink: no bar
             if not bar.live.is_started:
                 bar.start()
             bar.update(task, completed=done, total=total)
+        elif bar.live.is_started:  # done: gone before what follows the load (tuning) speaks
+            bar.stop()
 
     try:
         yield update
@@ -147,25 +149,29 @@ def device_or_default(name: str | None):
 
 def tune_decode(model, timer=None) -> None:
     """Before a triton model's decode graph is captured: tunes the decode kernels' launches for shapes no table
-    holds (llamafast.tuning), once per GPU, and says so on stderr, a line before and one after (also with --json,
-    whose output is stdout); silent when every shape is known. LLAMAFAST_TUNE=0 turns it off."""
-    if model.backend.name != Backend.triton:  # the other backends launch no tuned kernels (and import no triton)
-        return
-    from llamafast import tuning
+    holds (llamafast.runtime.tune), once per GPU, saying so on stderr (also with --json, whose output is stdout);
+    silent when every shape is known. LLAMAFAST_TUNE=0 turns it off."""
+    from llamafast.runtime import tune
 
-    plan = tuning.prepare(model, timer)
-    if plan is None:
-        return
+    say_tuned(tune(model, say_tuning, timer))
+
+
+def say_tuning(plan) -> None:
+    """A tuning plan as it starts: a cache it ignores, and the sweep it runs for a new shape."""
     if plan.warning:
         err.print(f"warning: {escape(plan.warning)}")
-    if not plan.missing:
+    if plan.missing:
+        err.print(f"[dim]tuning decode kernels for a new shape on {escape(plan.gpu)} (once; saved to "
+                  f"{escape(str(plan.path))})[/dim]")
+
+
+def say_tuned(tuned) -> None:
+    """What a sweep found (llamafast.runtime.Tuning), if one ran."""
+    if tuned is None or tuned.done is None:
         return
-    err.print(f"[dim]tuning decode kernels for a new shape on {escape(plan.gpu)} (once; saved to "
-              f"{escape(str(plan.path))})[/dim]")
-    done = tuning.tune(plan)
-    if done.warning:
-        err.print(f"warning: {escape(done.warning)}; the launches hold for this run only")
-    err.print(f"[dim]tuned {len(done.launches)} kernel launches in {done.seconds:.1f} s[/dim]")
+    if tuned.done.warning:
+        err.print(f"warning: {escape(tuned.done.warning)}; the launches hold for this run only")
+    err.print(f"[dim]tuned {len(tuned.done.launches)} kernel launches in {tuned.done.seconds:.1f} s[/dim]")
 
 
 # The most bytes read from a prompt file or standard input: Llama 2's 4,096-token context is some 16 KB of

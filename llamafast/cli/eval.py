@@ -3,6 +3,7 @@ of the next-token distribution from the base model, top-1 agreement), as a table
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,7 +15,7 @@ from llamafast.bench.prompts import PROMPTS, VARIANTS
 from llamafast.cli.common import (
     MAX_TEXT_BYTES, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, check_out, clean_errors, device_or_default,
     emit_json, err, parse_floats, phase_progress, pick, progress_bar, read_text_file, refuse_mode_without_sparsity,
-    require_routers, stdout_console,
+    require_routers, say_tuned, say_tuning, stdout_console,
 )
 from llamafast.config import Backend, DType, SparseMode, SparseRun, check_seed
 from llamafast.errors import LlamafastError
@@ -38,8 +39,9 @@ def eval_command(
     out: Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file.")] = None,
 ):
     """Measure what other weights cost against the base model: perplexity, KL divergence, top-1 agreement."""
-    from llamafast.bench.quality import TEXT_TOKENS, compare, make_variant, sampled_stream, sparse_variant, text_stream
-    from llamafast.load import load_model, open_model
+    from llamafast.bench.quality import TEXT_TOKENS
+    from llamafast.load import open_model
+    from llamafast.runtime import ready
 
     with clean_errors():
         refuse_mode_without_sparsity(sparsity, sparse_mode)
@@ -61,22 +63,12 @@ def eval_command(
         window = pick(window, min(1024, context))
         if (text is None and tokens + 32 > context) or window > context:
             raise LlamafastError(f"the model's context is {context} tokens; use fewer --tokens or a smaller --window")
-        with progress_bar() as update:
-            base = load_model(opened, None, dev, pick(dtype, DType.auto), backend, update)
-        if text is not None:
-            pieces, total = text_stream(base, read_text_file(text, "--text", MAX_TEXT_BYTES), window, tokens)
-            source = f"text {text}, its first {min(tokens, total)} of {total} tokens"
-            err.print(f"[dim]scoring {min(tokens, total)} of the {total} tokens of {escape(str(text))} (--tokens sets "
-                      "how many)[/dim]")
-        else:
-            pieces = sampled_stream(base, prompts, tokens, seed)
-            source = f"sampled by the base model: {prompts} prompts x {tokens} tokens, seed {seed}"
-        if not pieces:
-            raise LlamafastError(f"{text} holds fewer than 2 tokens: nothing to score")
-        variants = {n: make_variant(base, n) for n in names}
-        variants.update({f"{r.mode.value} {r.sparsity:g}": sparse_variant(base, r) for r in runs})
-        with phase_progress() as update:
-            report = compare(base, variants, pieces, base.source, source, lambda d, t: update("scoring", d, t))
+        with contextlib.ExitStack() as stack:  # the kernels this run loads are recorded when it ends
+            with progress_bar() as update:
+                base, startup = stack.enter_context(ready(opened, dev, pick(dtype, DType.auto), backend, None, update,
+                                                          before_tuning=say_tuning))
+            say_tuned(startup.tuning)
+            report, source = _score(base, names, runs, text, prompts, tokens, seed, window)
         if emit_json(report.to_dict(), out, json_out):
             return
         console = stdout_console()
@@ -88,3 +80,25 @@ def eval_command(
             skipped = "-" if r.groups_skipped is None else f"{100 * r.groups_skipped:.1f}%"
             table.add_row(r.name, f"{r.perplexity:.4f}", *kl, agree, skipped)
         console.print(table)
+
+
+def _score(base, names, runs, text, prompts, tokens, seed, window):
+    """(the report, a label for the text): the variants scored against the base on the text, or on text the base
+    samples."""
+    from llamafast.bench.quality import compare, make_variant, sampled_stream, sparse_variant, text_stream
+
+    if text is not None:
+        pieces, total = text_stream(base, read_text_file(text, "--text", MAX_TEXT_BYTES), window, tokens)
+        source = f"text {text}, its first {min(tokens, total)} of {total} tokens"
+        err.print(f"[dim]scoring {min(tokens, total)} of the {total} tokens of {escape(str(text))} (--tokens sets "
+                  "how many)[/dim]")
+    else:
+        pieces = sampled_stream(base, prompts, tokens, seed)
+        source = f"sampled by the base model: {prompts} prompts x {tokens} tokens, seed {seed}"
+    if not pieces:
+        raise LlamafastError(f"{text} holds fewer than 2 tokens: nothing to score")
+    variants = {n: make_variant(base, n) for n in names}
+    variants.update({f"{r.mode.value} {r.sparsity:g}": sparse_variant(base, r) for r in runs})
+    with phase_progress() as update:
+        report = compare(base, variants, pieces, base.source, source, lambda d, t: update("scoring", d, t))
+    return report, source

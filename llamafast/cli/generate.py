@@ -17,7 +17,7 @@ from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
     SparseModeOpt, SparsityOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, check_context, check_sparsity,
     clean_errors, device_or_default, err, path_or, pick, preset, progress_bar, read_prompt, sampling_config,
-    tune_decode, utf8_options,
+    say_tuned, say_tuning, utf8_options,
 )
 from llamafast.cli.tp import (
     TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, on_every_rank, on_rank0, shared_seed, tensor_parallel,
@@ -57,8 +57,7 @@ def generate(
     from llamafast import STARTED
     from llamafast.generate import Engine
     from llamafast.generate import generate as generate_text
-    from llamafast.load import load_model
-    from llamafast.load.preload import preloading
+    from llamafast.runtime import ready
 
     phases = {"import_s": time.perf_counter() - STARTED}  # llamafast's first import to here: torch and the rest
     with clean_errors(), tensor_parallel(tp, device) as ranks, contextlib.ExitStack() as stack:
@@ -72,17 +71,15 @@ def generate(
         tok = opened.tokenizer
         if not text and not json_out:
             err.print("[dim]empty prompt: generating from the beginning-of-sequence token alone[/dim]")
-        preload = stack.enter_context(preloading(opened.config, pick(dtype, run.dtype), fp8_format if fp8 else None,
-                                                 pick(backend, run.backend), dev, ranks, warn=_warn))
         with progress_bar() as update:
-            lm = on_every_rank(ranks, lambda: load_model(opened, None, dev, pick(dtype, run.dtype), pick(backend, run.backend),
-                                                         update, fp8_format if fp8 else None, ranks and ranks.shard))
+            lm, startup = stack.enter_context(ready(opened, dev, pick(dtype, run.dtype), pick(backend, run.backend),
+                                                    fp8_format if fp8 else None, update, ranks, say_tuning, _warn))
+        say_tuned(startup.tuning)
         note = attach_comm(ranks, lm, tp_comm)
         if note and not json_out:
             err.print(f"[dim]{escape(note)}[/dim]")
         sampling = dataclasses.replace(sampling, seed=shared_seed(ranks, sampling.seed))
         lm.model.set_sparsity(sparse)
-        tune_decode(lm.model)
         engine = Engine(lm.model, sampling, len(ids) + max_new, n_vocab=tok.vocab_size)
         if echo and not json_out:
             _write(text)
@@ -90,7 +87,7 @@ def generate(
         done = generate_text(engine, tok, ids, max_new, stop or [], on_text=None if json_out else _write)
         phases.update(load_s=lm.load_s, ttft_s=done.ttft_s, first_step_s=done.first_step_s, decode_s=done.decode_s,
                       first_token_since_import_s=t_generate + done.ttft_s - STARTED,
-                      kernels_preloaded=preload.loaded if preload else 0)
+                      kernels_preloaded=startup.kernels_preloaded)
         if json_out:
             record = {"prompt": text, "model": lm.source, "format": lm.format, "weights": lm.weights,
                       "backend": lm.backend.value, "device": str(dev), "load_s": lm.load_s, **done.to_dict(),

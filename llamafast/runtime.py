@@ -1,0 +1,89 @@
+"""A model made ready to decode fast, the one way every command and library caller gets it: the kernels an earlier
+run of the same model loaded are preloaded on a thread while its weights load (load/preload.py), and its decode
+launches are tuned on first use of a shape no launch table holds (tuning/). The decode step's and the prompt
+buckets' CUDA graphs come with the Engine (generate.py). What happened comes back as data; the CLI prints it.
+
+    with ready(open_model(path), torch.device("cuda")) as (lm, startup):
+        engine = Engine(lm.model, SamplingConfig(), 512, n_vocab=lm.tokenizer.vocab_size)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from llamafast.config import Backend, DType, FP8Format
+from llamafast.load import LoadedModel, OpenedModel, load_model
+from llamafast.load.preload import KernelPreload, preloading
+
+if TYPE_CHECKING:
+    from llamafast import tuning
+
+
+@dataclass
+class Tuning:
+    """A sweep of the launches a model's shapes lacked, or only why the cached ones were ignored."""
+
+    plan: tuning.Plan
+    done: tuning.Tuned | None  # None: nothing was missing
+
+
+@dataclass
+class Startup:
+    """What readying a model did, for the caller to report."""
+
+    load_s: float
+    tuning: Tuning | None = None  # None: tuning does not apply (tuning.prepare says where)
+    preload: KernelPreload | None = field(default=None, repr=False)
+
+    @property
+    def kernels_preloaded(self) -> int:
+        """Kernels loaded onto the GPU ahead of their first launch (so far: the thread may still run)."""
+        return self.preload.loaded if self.preload else 0
+
+
+def tune(model, before: Callable[[tuning.Plan], None] | None = None, timer=None) -> Tuning | None:
+    """Tunes model's decode launches for the shapes no table holds (once per GPU, cached); None where tuning does
+    not apply. before(plan) hears of the plan first: a sweep (plan.missing) takes seconds."""
+    if model.backend.name != Backend.triton:  # the other backends launch no tuned kernels (and import no triton)
+        return None
+    from llamafast import tuning
+
+    plan = tuning.prepare(model, timer)
+    if plan is None:
+        return None
+    if before is not None:
+        before(plan)
+    return Tuning(plan, tuning.tune(plan) if plan.missing else None)
+
+
+@contextlib.contextmanager
+def ready(
+    opened: OpenedModel,
+    device: torch.device,
+    dtype: DType = DType.auto,
+    backend: Backend | None = None,
+    fp8: FP8Format | None = None,
+    progress=None,
+    ranks=None,
+    before_tuning: Callable[[tuning.Plan], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Iterator[tuple[LoadedModel, Startup]]:
+    """Loads opened's weights onto device (a tensor-parallel rank's slices with ranks, agreed over them) with its
+    kernels preloaded meanwhile, then tunes its decode launches. Yields (the model, Startup); when the block ends
+    the kernels this run loaded are recorded for the next, and what could not be saved goes to warn."""
+    with preloading(opened.config, dtype, fp8, backend, device, ranks, warn=warn) as preload:
+        def load() -> LoadedModel:
+            return load_model(opened, None, device, dtype, backend, progress, fp8, ranks and ranks.shard)
+
+        if ranks is None:
+            lm = load()
+        else:
+            from llamafast.tp.dist import agree
+
+            lm = agree(ranks, load)
+        yield lm, Startup(lm.load_s, tune(lm.model, before_tuning), preload)
