@@ -2,7 +2,7 @@
 
 Every decode matmul has M = 1, so it is a GEMV: y[n] = sum_k W[n, k] * x[k] with W in nn.Linear layout
 (N, K), contiguous along K. A program owns BLOCK_N rows and streams them in (BLOCK_N, BLOCK_K) tiles,
-accumulating in fp32 registers; tl.dot would waste 15/16 of an MMA tile at M = 1 (KERNELS.md).
+accumulating in fp32 registers; tl.dot would waste 15/16 of an MMA tile at M = 1 (its smallest M is 16).
 The activation x (8 KB at 7B) is re-read from L2 by every program, which is how RMSNorm is fused: its
 statistic sum(x^2) is accumulated in the same loop and applied to the finished row sums.
 """

@@ -148,7 +148,7 @@ class ChatSession:
 
     def _fed(self, out: Completion) -> list[int]:
         """The ids whose K/V the cache now holds: the prompt, then the reply tokens (EOS too) that decode steps
-        fed. engine.n_cached counts positions written; a token the host had not yet recorded when an interrupt
+        fed. engine.n_cached counts positions written; a token the host had still to record when an interrupt
         arrived makes the list shorter than that count, never wrong."""
         eos = [self.tok.eos_id] if out.finish_reason == "eos" else []
         return (out.prompt_ids + out.token_ids + eos)[: self.engine.n_cached]

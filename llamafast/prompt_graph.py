@@ -1,6 +1,6 @@
 """Prompt chunks replayed from CUDA graphs, one per prompt-length bucket, so the host cannot slow a prefill down.
 A 7B prompt pass queues 257 launches: on the H100 the host took 8.8 ms to queue 512 tokens the GPU ran in about
-13.6 (kernels/prefill/launcher.py), and issue 16 measured 16.5 ms at 512 on a slower host. A replay is one launch.
+13.6 (kernels/prefill/launcher.py), and a slower host took 16.5 ms at 512. A replay is one launch.
 
 A chunk of n tokens is padded to bucket(n), after the real tokens, so causal attention hides the padding from
 them. Its keys and values land in cache positions past the prompt, which the next decode step or chunk writes

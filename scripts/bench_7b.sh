@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the README's Llama-2-7B decode figures on one GPU (run on nvidia-h100-x1):
+# Regenerates docs/benchmarks.md's Llama-2-7B decode figures on one GPU (run of record: an H100):
 #   bash scripts/bench_7b.sh [OUTDIR]
 # Writes into OUTDIR (default scripts/results):
 #   bench_7b_cold.*  triton alone with an empty Triton cache: the cold-start cost

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the README's FP8 figures on one GPU (run on nvidia-h100-x1):
+# Regenerates docs/fp8.md's speed figures on one GPU (run of record: an H100):
 #   bash scripts/bench_7b_fp8.sh [OUTDIR]
 # Writes into OUTDIR (default scripts/results):
 #   bench_7b_fp8_e5m2.*, bench_7b_fp8_e4m3.*  triton on bf16 weights and on FP8 weights quantized from them, one run each

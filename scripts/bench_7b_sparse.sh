@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the README's sparse FFN speed figures on a GPU (run of record: nvidia-h100-x1): dense and sparse
+# Regenerates docs/sparse-ffn.md's speed figures on a GPU (run of record: an H100): dense and sparse
 # decode side by side in one process (bf16, then FP8 E5M2 quantized from the same weights), each kernel against
 # its reference, and the sweep behind kernels/sparse_ffn.py's CONFIGS.
 #   bash scripts/bench_7b_sparse.sh [OUTDIR]     (default scripts/results/sparse)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the README's Llama-2-7B prefill figures on one GPU (run on nvidia-h100-x1):
+# Regenerates docs/benchmarks.md's Llama-2-7B prefill figures on one GPU (run of record: an H100):
 #   bash scripts/bench_prefill_7b.sh [OUTDIR] [CHUNK]
 # Writes into OUTDIR (default scripts/results):
 #   tune_prefill.*          launch sweep of the prefill kernels, FlashAttention blocks, TTFT at 4,000 tokens per chunk

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Issue 16's measurements on one GPU (nvidia-h100-x1; the 70b stage on nvidia-h200): each stage checks, then times.
+# Decode, prefill and tuning at 7B, 13B and 70B on one GPU (an H100; the 70b stage an H200): each stage checks, then times.
 #   bash scripts/bench_shapes.sh [OUTDIR] [STAGES]   (default scripts/results/shapes; all but 70b)
 # Stages, each writing OUTDIR/<name>.json and .txt:
-#   tests     the GPU tests of the code this issue added (prompt graphs, timeline, tuning, fused merge, staged load)
+#   tests     the GPU tests of prompt graphs, the timeline, tuning, the fused attention merge and the staged load
 #   timeline  bench --timeline: 7B bf16 and FP8 E5M2, 13B bf16 (the per-layer timeline the targets are explained by)
 #   decode    7B bf16 + FP8 E5M2 (triton); 13B triton beside compile, and bf16 + FP8 (targets: 7B FP8 400, bf16 212;
 #             13B bf16 100, FP8 200 tok/s)
 #   prefill   time to first token at 512 and 4,000 tokens, prompts from CUDA graphs beside eager (targets 12 / 95 ms)
 #   tune      launch tables tuned on first use, from an empty Triton cache (scripts/tune_first_use.py; target 60 s)
 #   tables    the full launch sweep at 13B, bf16 and FP8 E5M2 weights (scripts/tune_kernels.py), for committed tables
-#   70b       Llama-2-70B FP8 E5M2 on one GPU (nvidia-h200; target 55 tok/s), and its FP8 launch sweep
+#   70b       Llama-2-70B FP8 E5M2 on one GPU (an H200; target 55 tok/s), and its FP8 launch sweep
 set -euo pipefail
 out=${1:-scripts/results/shapes}
 stages=${2:-tests,timeline,decode,prefill,tune}

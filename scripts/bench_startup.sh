@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the README's start-up figures on one GPU (run of record: nvidia-h100-x1): shell to first token
+# Regenerates docs/benchmarks.md's start-up figures on one GPU (run of record: an H100): shell to first token
 # (scripts/time_to_first_token.py: a new process each run, median of 3 after a warm-up run, so the page cache,
 # Triton's cache and the kernel lists are warm) for a bare `import torch, triton` (what any torch program pays on
 # that machine), --help, the bundled model, and a Llama-2-7B Hugging Face checkpoint of random bf16 weights written

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the README's tensor-parallel figures on two GPUs (run of record: nvidia-h200-x2): TP=2 with both
+# Regenerates docs/tensor-parallel.md's figures on two GPUs (run of record: 2 x H200, NVLink): TP=2 with both
 # --tp-comm modes side by side in one process, then TP=1 on GPU 0 in the same call; 7B, 13B and 70B shapes in bf16
 # (70B: TP=2 only, 138 GB does not fit one GPU); time to first token at 512 and 4,000 tokens; and the prompt
 # collectives measurement that decided the prefill path (scripts/tp_prefill_collectives.py).

@@ -1,4 +1,4 @@
-"""Seconds to open and load the test data's SmolLM2-135M GGUF on the CPU (issue 12's target: under 3 s), split into
+"""Seconds to open and load the test data's SmolLM2-135M GGUF on the CPU (the aim: under 3 s), split into
 Python imports, the header and tokenizer, and the dequantization and model build. Run it several times: the first
 run after a change also compiles .pyc files.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check every change to code the GPU runs passes, in one device call of at most 9 minutes on
-# nvidia-h100-x1: the whole `gpu` test suite (the default-path tests of tests/cli/test_default_path.py among
+# The GPU check every change to code the GPU runs passes, in one run of at most 9 minutes on
+# one H100: the whole `gpu` test suite (the default-path tests of tests/cli/test_default_path.py among
 # them), then Llama-2-7B random-weight benches: bf16 and FP8 E5M2 decode beside each other, and time to first
 # token at 16, 512 and 4,000 prompt tokens. Writes OUTDIR/summary.md (the commit, GPU, versions, test counts,
 # the bench figures) and each step's raw output beside it.

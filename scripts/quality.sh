@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the README's FP8 quality tables on the CPU (reference path, fp32 base), from a clone with the test
+# Regenerates docs/fp8.md's quality tables on the CPU (reference path, fp32 base), from a clone with the test
 # data beside it:   bash scripts/quality.sh [OUTDIR]     (default scripts/results/quality)
 set -euo pipefail
 out=${1:-scripts/results/quality}

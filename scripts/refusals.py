@@ -1,6 +1,6 @@
-"""README's "What llamafast refuses" table, made from the bad-input test cases (tests/cli/bad_inputs.py), so the
+"""docs/cli.md's "What is refused" table, made from the bad-input test cases (tests/cli/bad_inputs.py), so the
 table lists exactly what the tests check. `python scripts/refusals.py` prints it; `--write` puts it into
-README.md between its markers (tests/cli/test_bad_input.py fails while the README's copy is stale).
+docs/cli.md between its markers (tests/cli/test_bad_input.py fails while that copy is stale).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "cli.md"
 START, END = "<!-- refusals: made by scripts/refusals.py -->", "<!-- /refusals -->"
 
 
@@ -22,15 +23,14 @@ def table() -> str:
     return "\n".join(rows)
 
 
-def readme_with_table(readme: str) -> str:
-    head, _, rest = readme.partition(START)
+def doc_with_table(doc: str) -> str:
+    head, _, rest = doc.partition(START)
     _, _, tail = rest.partition(END)
     return f"{head}{START}\n{table()}\n{END}{tail}"
 
 
 if __name__ == "__main__":
     if "--write" in sys.argv:
-        path = ROOT / "README.md"
-        path.write_text(readme_with_table(path.read_text()))
+        DOC.write_text(doc_with_table(DOC.read_text()))
     else:
         print(table())

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the README's sparse FFN quality table on the CPU (reference path, fp32), from a clone with the test
+# Regenerates docs/sparse-ffn.md's quality tables on the CPU (reference path, fp32), from a clone with the test
 # data beside it:   bash scripts/sparse_quality.sh [OUTDIR]     (default scripts/results/sparse/quality)
 # Calibration text: what each model itself samples from prompts of many registers (seeds 100+; no corpus is
 # needed, and llamafast downloads nothing). Held out: eval's own sampled stream (other prompts, seeds 0-7).

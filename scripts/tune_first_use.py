@@ -1,6 +1,6 @@
-"""Measures issue 16's targets for tuning on first use, on one GPU, in one process: tunes a shape's decode kernels
+"""Measures the aims of tuning on first use, on one GPU, in one process: tunes a shape's decode kernels
 from scratch (the committed tables ignored, into a fresh folder, so nothing is reused), then decodes with the
-committed tables and with the launches just tuned, alternately. Targets, not yet measured: at most 60 s of tuning
+committed tables and with the launches just tuned, alternately. The aims: at most 60 s of tuning
 for a 7B-sized shape with an empty Triton cache; decode with the tuned launches at least as fast as with the
 committed tables.
 

@@ -80,7 +80,7 @@ def bench_prefill_kernels(
 
 def flash_vs_sdpa(seq: int = 4096, heads: int = 32, head_dim: int = 128, dtype=torch.bfloat16) -> dict:
     """flash_attention against torch SDPA's flash backend on the same causal problem (one sequence, q, k and v
-    of `seq` tokens): microseconds and TFLOP/s, counting the causal half (ANCHORS.md's convention)."""
+    of `seq` tokens): microseconds and TFLOP/s, counting the causal half (FlashAttention's own convention)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from llamafast.kernels import flash_attention

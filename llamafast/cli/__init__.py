@@ -34,7 +34,7 @@ class _Commands(typer.core.TyperGroup):
     def _run(self, args, prog_name, complete_var, **extra) -> int:
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except _click.exceptions.NoArgsIsHelpError as e:  # bare `llamafast`: the help, as before
+        except _click.exceptions.NoArgsIsHelpError as e:  # bare `llamafast`: the help
             typer.echo(e.format_message())
             code = 0
         except _click.exceptions.ClickException as e:

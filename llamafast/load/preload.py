@@ -1,12 +1,12 @@
-"""Triton kernels loaded before their first launch, on a thread, while the weights load (issue 15).
+"""Triton kernels loaded before their first launch, on a thread, while the weights load.
 
 A new process's first launch of each kernel loads it from Triton's disk cache: about 40 ms a kernel on the H100
-machine, 14 of them before the first token (README, start-up). Triton reports every kernel a process compiles or
+machine, 14 of them before the first token (docs/benchmarks.md, start-up). Triton reports every kernel a process compiles or
 loads, with the specialization that rebuilds it (knobs.runtime.jit_post_compile_hook). A run records those of
 llamafast's kernels and saves them beside the launch tables (tuning/cache.py's folder), one file per model shape,
 dtype, weight format, GPU, Triton version and kernel source; the next such run preloads them (JITFunction.preload,
 then the module onto the GPU) in first-use order while its weights load, and its launches find them in Triton's
-memory. A kernel that cannot be preloaded is left to its first launch, as before.
+memory. A kernel that cannot be preloaded is left to its first launch.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 dtype conversion overlap.
 
 Reading a tensor from its memory map and copying it to the GPU in one `.to(device)` does all three in series
-from pageable memory: 7.9 s for a 13.5 GB 7B checkpoint already in the page cache, 1.7 GB/s (issue 15). Here
+from pageable memory: 7.9 s for a 13.5 GB 7B checkpoint already in the page cache, 1.7 GB/s. Here
 reader threads copy whole tensors from the files into a ring of pinned buffers while the GPU copies the ones
 before (a pinned copy runs at PCIe speed); each tensor travels in its stored dtype and is converted (bf16 from
 fp32, FP8 quantization) on the GPU. Buffers are handed out in tensor order by the main thread, so a reader never

@@ -9,7 +9,7 @@ vocabulary-sharded logits. The residual stream stays whole on every rank, added 
           captured in the decode graph; the baseline.
     symm  decode through symmetric memory (kernels/tp_sync.py): wo and w2 push their partials into every rank's
           buffer and the next fused kernel sums them while it reads its input; no all-reduce kernel at all.
-          Prompts (S > 1) go through NCCL in both modes (see README: the measurement that decided).
+          Prompts (S > 1) go through NCCL in both modes (docs/tensor-parallel.md says why).
 """
 
 from __future__ import annotations

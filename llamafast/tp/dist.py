@@ -24,7 +24,8 @@ from llamafast.settings import settings
 
 T = TypeVar("T")
 
-# NVLink multicast stays off on the lent machines (KERNELS.md); set before any CUDA work.
+# NVLink multicast stays off: llamafast's communication does not need it, and shared GPU hosts may require it
+# off; set before any CUDA work.
 _ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 

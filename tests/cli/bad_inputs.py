@@ -1,6 +1,6 @@
 """The bad inputs of test_bad_input.py, as data: (command, what it tries, a setup that writes files under tmp
-and returns the arguments, a needle its one-line error must contain), grouped for README's "What llamafast
-refuses" table (scripts/refusals.py). Files come from tests/formats.py's writers or the bundled stories260K.
+and returns the arguments, a needle its one-line error must contain), grouped for docs/cli.md's "What is
+refused" table (scripts/refusals.py). Files come from tests/formats.py's writers or the bundled stories260K.
 """
 
 from __future__ import annotations

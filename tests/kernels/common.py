@@ -25,7 +25,7 @@ SHAPES = [
       for n in ("llama-2-7b", "llama-2-13b", "llama-2-70b", "smollm2-135m")],
 ]
 
-# bf16 tl.dot is wrong in Triton 3.6's interpreter (KERNELS.md), so dot kernels skip bf16 on the CPU.
+# bf16 tl.dot is wrong in Triton 3.6's interpreter, so dot kernels skip bf16 on the CPU.
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DOT_DTYPES = DTYPES if ON_GPU else [torch.float32, torch.float16]
 

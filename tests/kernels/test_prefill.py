@@ -1,5 +1,5 @@
 """The prefill kernels against their references (PREFILL): M tokens at position pos, odd M and pos included,
-FP8 weights dequantized in the tile loads. bf16 runs on the GPU only (tl.dot in the interpreter, KERNELS.md)."""
+FP8 weights dequantized in the tile loads. bf16 runs on the GPU only (Triton's interpreter gets bf16 tl.dot wrong)."""
 
 from __future__ import annotations
 
