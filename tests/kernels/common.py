@@ -39,8 +39,3 @@ def tolerance(dtype: torch.dtype) -> dict:
     atol, rtol = TOLERANCES[dtype]
     return {"atol": atol, "rtol": rtol}
 
-
-def assert_matches_reference(spec, config: ModelConfig, dtype: torch.dtype, fp8: FP8Format | None) -> None:
-    """The kernel and its torch reference on the same inputs (FP8 weights too), within the dtype's tolerance."""
-    args, kw = spec.make_inputs(config, dtype, DEVICE, 1, fp8)
-    torch.testing.assert_close(spec.kernel(*args, **kw), spec.reference(*args, **kw), **tolerance(dtype))
