@@ -11,7 +11,7 @@ from llamafast.config import DType, SamplingConfig
 from llamafast.generate import Engine, generate
 from llamafast.load import load_model
 
-from .conftest import GOLDEN_LOGITS_ATOL, STORIES, requires_cuda, requires_stories
+from .conftest import GOLDEN_LOGITS_ATOL, STORIES, requires_stories
 
 GREEDY = SamplingConfig(temperature=0)
 SOURCES = {
@@ -70,7 +70,6 @@ def test_logits_prefill_and_decode(golden, source):
 
 
 @pytest.mark.gpu
-@requires_cuda
 @pytest.mark.parametrize("source", _sources("bundled", "hf"))
 def test_golden_on_cuda(golden, source):
     lm = _load(source, "cuda")

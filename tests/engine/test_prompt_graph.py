@@ -12,7 +12,7 @@ from llamafast.generate import Engine, generate, stream_tokens
 from llamafast.load import load_model
 from llamafast.prompt_graph import PromptGraphs, bucket
 
-from ..conftest import TOLERANCES, requires_cuda, requires_stories
+from ..conftest import TOLERANCES, requires_stories
 
 GREEDY = SamplingConfig(temperature=0)
 
@@ -72,7 +72,6 @@ def test_padded_chunks_give_golden_tokens(golden):
 
 
 @pytest.mark.gpu
-@requires_cuda
 @requires_stories
 def test_graph_replays_give_golden_tokens(golden):
     """The triton backend on the GPU in fp32: eager, then captured, then replayed prompts (whole, and in chunks
@@ -87,7 +86,6 @@ def test_graph_replays_give_golden_tokens(golden):
 
 
 @pytest.mark.gpu
-@requires_cuda
 @requires_stories
 def test_graph_replay_matches_eager_logits(golden):
     """Replayed logits equal the eager pass's bit for bit at the padded length, and the unpadded pass's within
@@ -126,7 +124,6 @@ def test_chat_after_warming_buckets_is_exact():
 
 
 @pytest.mark.gpu
-@requires_cuda
 def test_bench_times_the_prompt_replayed_from_its_graph(monkeypatch):
     """bench's time to first token is that of a prompt whose bucket is captured, as every prompt after the first of
     its length runs: the timed pass neither runs the bucket eagerly nor captures it."""

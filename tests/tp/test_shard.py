@@ -224,7 +224,6 @@ def test_staging_jobs_hold_the_rank_slices(checkpoints, kind):
 
 @pytest.mark.gpu
 @requires_stories
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("kind", ["hf", "meta_2", "fp8_e4m3", "gguf"])
 def test_staged_shards_equal_the_cpu_ones(checkpoints, kind):
     ckpt = open_checkpoint(checkpoints[kind])
