@@ -61,6 +61,31 @@ def golden() -> dict:
     return json.loads(GOLDEN.read_text())
 
 
+@pytest.fixture(scope="session")
+def stories_copies(tmp_path_factory) -> Path:
+    """A folder with meta/ and hf/: the bundled stories260K (llama2.c format) written in Meta's and Hugging Face's
+    layouts (tests/formats.py), as ../shared/testdata/stories260K derives its own copies (its SOURCE.md): fp32,
+    output.weight an explicit copy of the tied embedding, Meta's params.json with multiple_of 4 (FFN width 172),
+    HF's q/k rows permuted to rotate-half; tok512.model as each one's tokenizer. Read only: a test that changes a
+    file copies the folder first."""
+    from dataclasses import replace
+
+    from llamafast.formats.llama2c import read_llama2c
+    from llamafast.load import bundled_model
+
+    from .formats import write_hf, write_meta
+
+    ckpt = read_llama2c(bundled_model())
+    config = replace(ckpt.config, multiple_of=4)
+    assert config.hidden_dim == 172 and "output.weight" not in ckpt.tensors  # tied in the .bin
+    state = {name: ref.load().clone() for name, ref in ckpt.tensors.items()}
+    state["output.weight"] = state["tok_embeddings.weight"].clone()
+    root, tokenizer = tmp_path_factory.mktemp("stories260K"), bundled_model().with_name("tok512.model")
+    write_meta(root / "meta", config, state, tokenizer=tokenizer)
+    write_hf(root / "hf", config, state, tokenizer=tokenizer)
+    return root
+
+
 @pytest.fixture
 def tiny_config() -> ModelConfig:
     """GQA 2:1, head_dim 8, FFN width 88 (Meta's rule: int(2*4*32/3) = 85 rounded up to a multiple of 8);
