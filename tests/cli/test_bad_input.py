@@ -73,6 +73,7 @@ def test_convert_on_a_read_only_file_system(tmp_path, monkeypatch):
     assert_clean_error(r, "Read-only file system")
 
 
+@pytest.mark.slow
 def test_out_of_memory_says_how_much(tmp_path):
     """7B random weights on the CPU under `ulimit -v 16000000`: the needed and the available bytes, one line."""
     script = "ulimit -v 16000000; exec " + " ".join(

@@ -117,6 +117,7 @@ def test_empty_prompt_is_said_out_loud():
     assert r.exit_code == 0 and "empty prompt" in r.stderr
 
 
+@pytest.mark.slow
 def test_output_into_a_closed_pipe_exits_quietly():
     """`llamafast generate ... | head -c 20`: the reader leaves early; no traceback, exit code 0."""
     cmd = f"{sys.executable} -m llamafast generate 'Once upon a time' --max-new-tokens 200 --device cpu | head -c 20"
@@ -139,6 +140,7 @@ def test_bundled_presets_by_name():
     assert out["text"] == ", there was a little girl named Lily"[: len(out["text"])] and len(out["token_ids"]) == 8
 
 
+@pytest.mark.slow
 def test_a_bare_name_is_the_bundled_preset_whatever_the_directory_holds(tmp_path, monkeypatch):
     """`--config greedy` beside a ./greedy file is still the bundled preset; ./greedy is the file."""
     (tmp_path / "greedy").write_text("max_new_tokens = 3\n")
@@ -257,6 +259,7 @@ def test_bad_options(args, needle):
     _assert_clean_error(_run("generate", "hi", *args), needle)
 
 
+@pytest.mark.slow
 def test_bench_prefill_on_cpu_tiny():
     r = _run("bench", "--random-weights", "--shape", "stories260K", "--prefill", "--prompt-lens", "3,40", "--reps",
              "2", "--chunk", "16", "--device", "cpu", "--json")

@@ -104,6 +104,7 @@ def test_one_file_per_model_kind(tmp_path):
                                                                                     tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_second_generate_preloads_the_first_ones_kernels(tmp_path):
     env = {**os.environ, "LLAMAFAST_PRELOAD": "1", "LLAMAFAST_TUNE_DIR": str(tmp_path)}

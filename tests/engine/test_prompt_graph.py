@@ -37,7 +37,7 @@ def _cache(model, n: int) -> torch.Tensor:
     return torch.stack([torch.stack((b.k_cache[:, :n], b.v_cache[:, :n])) for b in model.layers])
 
 
-@pytest.mark.parametrize("backend", [Backend.reference, Backend.triton])
+@pytest.mark.parametrize("backend", [Backend.reference, pytest.param(Backend.triton, marks=pytest.mark.slow)])
 def test_padded_prompt_gives_unpadded_logits_and_cache(golden, backend):
     """A 40-token prompt padded to 64 (triton: the prefill kernels in the interpreter on the CPU), after a first
     unpadded run of its bucket; then from offset 30, as a chat turn reuses the cache."""
@@ -99,6 +99,7 @@ def test_graph_replay_matches_eager_logits(golden):
     torch.testing.assert_close(engine.prompt_logits(ids[11:], start=11), want, atol=atol, rtol=rtol)
 
 
+@pytest.mark.slow
 def test_chat_after_warming_buckets_is_exact():
     """A chat whose engine warms buckets 64, 128 and 256 after each reply (padded passes past the cached sequence)
     and runs later prompts padded: every reply equals a fresh prefill of the whole conversation."""

@@ -142,6 +142,7 @@ def test_the_cli_says_so_once(capsys):
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow
 def test_tuned_launches_compute_what_the_reference_does():
     model = odd_model()
     done = tuning.tune(tuning.prepare(model, FakeTimer()))
