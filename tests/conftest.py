@@ -39,7 +39,16 @@ GOLDEN_LOGITS_ATOL = 5e-5
 
 requires_stories = pytest.mark.skipif(not STORIES.is_dir(), reason=f"test data not found at {STORIES}")
 requires_llama2c = pytest.mark.skipif(not LLAMA2C.is_dir(), reason=f"Llama 2 tokenizer not found at {LLAMA2C}")
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The gpu marker alone says that a test needs CUDA: without a GPU every test marked gpu skips."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
 
 
 # The bundled model's golden greedy tokens and text, kept in the repo (the entries of the test data's
@@ -50,6 +59,31 @@ GOLDEN = Path(__file__).resolve().parent / "data" / "golden_stories260K.json"
 @pytest.fixture(scope="session")
 def golden() -> dict:
     return json.loads(GOLDEN.read_text())
+
+
+@pytest.fixture(scope="session")
+def stories_copies(tmp_path_factory) -> Path:
+    """A folder with meta/ and hf/: the bundled stories260K (llama2.c format) written in Meta's and Hugging Face's
+    layouts (tests/formats.py), as ../shared/testdata/stories260K derives its own copies (its SOURCE.md): fp32,
+    output.weight an explicit copy of the tied embedding, Meta's params.json with multiple_of 4 (FFN width 172),
+    HF's q/k rows permuted to rotate-half; tok512.model as each one's tokenizer. Read only: a test that changes a
+    file copies the folder first."""
+    from dataclasses import replace
+
+    from llamafast.formats.llama2c import read_llama2c
+    from llamafast.load import bundled_model
+
+    from .formats import write_hf, write_meta
+
+    ckpt = read_llama2c(bundled_model())
+    config = replace(ckpt.config, multiple_of=4)
+    assert config.hidden_dim == 172 and "output.weight" not in ckpt.tensors  # tied in the .bin
+    state = {name: ref.load().clone() for name, ref in ckpt.tensors.items()}
+    state["output.weight"] = state["tok_embeddings.weight"].clone()
+    root, tokenizer = tmp_path_factory.mktemp("stories260K"), bundled_model().with_name("tok512.model")
+    write_meta(root / "meta", config, state, tokenizer=tokenizer)
+    write_hf(root / "hf", config, state, tokenizer=tokenizer)
+    return root
 
 
 @pytest.fixture

@@ -118,6 +118,7 @@ def test_fp8_flag_refuses_fp8_checkpoint(tmp_path):
         load_model(tmp_path / "out", device=torch.device("cpu"), fp8=FP8Format.e5m2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", list(FP8Format))
 def test_fp8_kernels_in_the_model_match_the_reference(golden, fmt):
     """The triton model's FP8 wiring (weights and scales to each kernel) against the reference path, fp32
@@ -171,6 +172,7 @@ def _temporaries(dst: Path) -> list[Path]:
     return list(dst.parent.glob(f".{dst.name}*"))
 
 
+@pytest.mark.slow
 def test_sigkill_midway_leaves_no_dst_and_the_next_run_cleans_up(tmp_path):
     src, dst = _big_source(tmp_path), tmp_path / "out"
     assert _start_and_stop(src, dst, lambda p: p.kill()) == -signal.SIGKILL
@@ -180,6 +182,7 @@ def test_sigkill_midway_leaves_no_dst_and_the_next_run_cleans_up(tmp_path):
     assert _temporaries(dst) == [] and open_checkpoint(dst).metadata["weights"] == "fp8_e5m2"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_sigterm_sighup_or_ctrl_c_midway_removes_everything(tmp_path, sig):
     src, dst = _big_source(tmp_path), tmp_path / "out"

@@ -13,7 +13,7 @@ from llamafast.generate import Engine, generate
 from llamafast.backends import build, with_backend
 from llamafast.load import load_model, random_model
 
-from .conftest import GOLDEN_LOGITS_ATOL, STORIES, requires_cuda, requires_stories
+from .conftest import GOLDEN_LOGITS_ATOL, STORIES, requires_stories
 
 GREEDY = SamplingConfig(temperature=0)
 
@@ -30,7 +30,6 @@ def test_golden_prefix_through_interpreter(golden):
 
 
 @pytest.mark.gpu
-@requires_cuda
 def test_golden_on_cuda_graph(golden):
     lm = load_model(None, device=torch.device("cuda"), dtype=DType.float32, backend=Backend.triton)
     case = golden["prompt_once_upon_a_time"]
@@ -91,7 +90,6 @@ def _errors(logits: list[torch.Tensor], truth: list[torch.Tensor]) -> torch.Tens
 
 
 @pytest.mark.gpu
-@requires_cuda
 @requires_stories
 @pytest.mark.parametrize("dtype", [DType.bfloat16, DType.float16])
 def test_half_precision_no_less_accurate_than_reference(golden, dtype):
@@ -115,7 +113,6 @@ def _decode_errors(model, truth: torch.Tensor, tokens: list[int], n_prompt: int)
 
 
 @pytest.mark.gpu
-@requires_cuda
 @pytest.mark.parametrize("shape", ["llama-2-7b", "smollm2-135m"])
 def test_logits_as_accurate_as_reference_for_32_steps(shape):
     """Prefill 16 tokens, then 32 decode steps, on random weights in bf16 (Llama-2-7B; SmolLM2-135M: GQA 3:1,
@@ -135,7 +132,6 @@ def test_logits_as_accurate_as_reference_for_32_steps(shape):
 
 
 @pytest.mark.gpu
-@requires_cuda
 @pytest.mark.parametrize("shape,n_prompt", [("llama-2-7b", 1000), ("llama-2-7b", 4000), ("smollm2-135m", 1000)])
 def test_prefill_as_accurate_as_reference(shape, n_prompt):
     """The last prompt position's logits after the engine's chunked prefill, bf16 paths against fp32."""

@@ -169,7 +169,6 @@ def test_llama31_rope_scaling_in_either_layout(tmp_path, tiny_config, layout):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("fmt", ["meta", "hf"])
 def test_gpu_staged_load_equals_cpu_load(tmp_path, tiny_config, fmt):
     """The pinned staging pipeline (load/staging.py) delivers every tensor bit for bit, converted on the GPU."""

@@ -21,7 +21,6 @@ from llamafast.load import bundled_model
 
 from .bad_input_files import hf, truncate
 from .bad_inputs import CASES, Case
-from ..conftest import STORIES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,6 +73,7 @@ def test_convert_on_a_read_only_file_system(tmp_path, monkeypatch):
     assert_clean_error(r, "Read-only file system")
 
 
+@pytest.mark.slow
 def test_out_of_memory_says_how_much(tmp_path):
     """7B random weights on the CPU under `ulimit -v 16000000`: the needed and the available bytes, one line."""
     script = "ulimit -v 16000000; exec " + " ".join(
@@ -85,11 +85,10 @@ def test_out_of_memory_says_how_much(tmp_path):
     assert "need 27.0 GB of host memory" in lines[0] and "available" in lines[0], lines[0]
 
 
-def test_stories_files_are_refused_when_truncated(tmp_path):
-    """The test data's own Hugging Face copy, truncated (the cases above use synthetic checkpoints)."""
-    if not STORIES.is_dir():
-        pytest.skip("needs ../shared/testdata")
-    shutil.copytree(STORIES / "hf", tmp_path / "hf")
+def test_stories_files_are_refused_when_truncated(tmp_path, stories_copies):
+    """stories260K's Hugging Face copy (the stories_copies fixture), truncated (the cases above use synthetic
+    checkpoints)."""
+    shutil.copytree(stories_copies / "hf", tmp_path / "hf")
     truncate(tmp_path / "hf" / "model.safetensors", 500_000)
     assert_clean_error(CliRunner().invoke(app, ["generate", "hi", "--model", str(tmp_path / "hf")]), "truncated")
 

@@ -48,6 +48,7 @@ def _fresh(lm, messages: list[dict], n: int) -> list[int]:
     return generate(Engine(lm.model, GREEDY, len(ids) + n), lm.tokenizer, ids, n).token_ids
 
 
+@pytest.mark.slow
 def test_multi_turn_through_a_pipe():
     lines = "Hello there\nTell me a story\nWhat happened next?\n"
     done = subprocess.run([sys.executable, "-m", "llamafast", *PIPED], input=lines, capture_output=True, text=True,
@@ -167,6 +168,7 @@ def test_context_full_drops_oldest_turns():
     assert r.exit_code == 1
 
 
+@pytest.mark.slow
 def test_context_drops_keep_the_cache_exact(models):
     lm, ref = models
     session = ChatSession(Engine(lm.model, GREEDY, 96), lm.tokenizer, system="Hi.", max_new_tokens=16)
@@ -216,6 +218,7 @@ def test_refused_before_loading():
 _ATTACH = "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.argv[1], sys.argv[1:])"
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_terminal():
     """Through a pseudo-terminal: Ctrl-C (SIGINT from the tty) during a reply brings the prompt back; /exit leaves
     with exit code 0."""
@@ -256,6 +259,7 @@ def _in_terminal(args: list[str], env: dict):
 
 # In the C locale readline passes the byte on (a UTF-8 locale's readline drops it), and input() hands it over as
 # a lone surrogate, or raises where standard input's errors are strict.
+@pytest.mark.slow
 @pytest.mark.parametrize("errors", ["surrogateescape", "strict"])
 def test_a_line_that_is_not_utf8_in_a_terminal(errors):
     """Bytes that are not UTF-8 typed at the prompt: that line is refused in one line, the chat goes on."""

@@ -16,7 +16,6 @@ from llamafast.cli import app
 from llamafast.config import MODEL_CONFIGS, FP8Format, ModelConfig
 from llamafast.load import bundled_model
 
-from ..conftest import STORIES, requires_stories
 from ..formats import meta_state, write_hf
 
 runner = CliRunner()
@@ -118,6 +117,7 @@ def test_empty_prompt_is_said_out_loud():
     assert r.exit_code == 0 and "empty prompt" in r.stderr
 
 
+@pytest.mark.slow
 def test_output_into_a_closed_pipe_exits_quietly():
     """`llamafast generate ... | head -c 20`: the reader leaves early; no traceback, exit code 0."""
     cmd = f"{sys.executable} -m llamafast generate 'Once upon a time' --max-new-tokens 200 --device cpu | head -c 20"
@@ -140,6 +140,7 @@ def test_bundled_presets_by_name():
     assert out["text"] == ", there was a little girl named Lily"[: len(out["text"])] and len(out["token_ids"]) == 8
 
 
+@pytest.mark.slow
 def test_a_bare_name_is_the_bundled_preset_whatever_the_directory_holds(tmp_path, monkeypatch):
     """`--config greedy` beside a ./greedy file is still the bundled preset; ./greedy is the file."""
     (tmp_path / "greedy").write_text("max_new_tokens = 3\n")
@@ -190,26 +191,23 @@ def test_missing_model_path(tmp_path):
     _assert_clean_error(_run("generate", "hi", "--model", str(tmp_path / "nope")), "model path not found", "nope")
 
 
-@requires_stories
-def test_truncated_safetensors(tmp_path):
-    shutil.copytree(STORIES / "hf", tmp_path / "hf")
+def test_truncated_safetensors(tmp_path, stories_copies):
+    shutil.copytree(stories_copies / "hf", tmp_path / "hf")
     f = tmp_path / "hf" / "model.safetensors"
     f.write_bytes(f.read_bytes()[:500_000])
     _assert_clean_error(_run("generate", "hi", "--model", str(tmp_path / "hf")), "truncated", "model.safetensors")
 
 
-@requires_stories
-def test_params_json_does_not_match_tensors(tmp_path):
-    shutil.copytree(STORIES / "meta", tmp_path / "meta")
+def test_params_json_does_not_match_tensors(tmp_path, stories_copies):
+    shutil.copytree(stories_copies / "meta", tmp_path / "meta")
     params = json.loads((tmp_path / "meta" / "params.json").read_text())
     params["n_layers"] = 6
     (tmp_path / "meta" / "params.json").write_text(json.dumps(params))
     _assert_clean_error(_run("generate", "hi", "--model", str(tmp_path / "meta")), "layers.5", "params.json")
 
 
-@requires_stories
-def test_params_json_wrong_width(tmp_path):
-    shutil.copytree(STORIES / "meta", tmp_path / "meta")
+def test_params_json_wrong_width(tmp_path, stories_copies):
+    shutil.copytree(stories_copies / "meta", tmp_path / "meta")
     params = json.loads((tmp_path / "meta" / "params.json").read_text())
     params["n_kv_heads"] = 8  # the tensors have 4 KV heads
     (tmp_path / "meta" / "params.json").write_text(json.dumps(params))
@@ -242,9 +240,8 @@ def test_prompt_refused_before_the_weights_load(monkeypatch):
     _assert_clean_error(_run("generate", "Once upon a time " * 100, "--max-new-tokens", "256"), "--max-new-tokens")
 
 
-@requires_stories
-def test_corrupt_tokenizer(tmp_path):
-    shutil.copytree(STORIES / "hf", tmp_path / "hf")
+def test_corrupt_tokenizer(tmp_path, stories_copies):
+    shutil.copytree(stories_copies / "hf", tmp_path / "hf")
     (tmp_path / "hf" / "tokenizer.model").write_bytes(b"garbage")
     _assert_clean_error(_run("generate", "hi", "--model", str(tmp_path / "hf")), "tokenizer")
 
@@ -262,6 +259,7 @@ def test_bad_options(args, needle):
     _assert_clean_error(_run("generate", "hi", *args), needle)
 
 
+@pytest.mark.slow
 def test_bench_prefill_on_cpu_tiny():
     r = _run("bench", "--random-weights", "--shape", "stories260K", "--prefill", "--prompt-lens", "3,40", "--reps",
              "2", "--chunk", "16", "--device", "cpu", "--json")

@@ -19,10 +19,10 @@ import torch
 from llamafast.config import ModelConfig
 from llamafast.load import bundled_model
 
-from ..conftest import TOLERANCES, requires_cuda
+from ..conftest import TOLERANCES
 from ..formats import meta_state, write_hf
 
-pytestmark = [pytest.mark.gpu, requires_cuda, pytest.mark.slow]
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 # 4 layers of dim 1024 (GQA 4:1, FFN 2816) in bf16: 90 MB of weights per token, past tuning's 64 MiB floor
 # (llamafast/tuning MIN_BYTES); the bundled tokenizer's 512 pieces; a context that holds a 2,048-token prompt.

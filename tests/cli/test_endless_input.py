@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a subprocess each
 LIMIT = "ulimit -v 8000000; "  # 8 GB of address space: torch and the model fit, an endless prompt does not
 
 

@@ -48,6 +48,7 @@ WRITES = {  # command -> (arguments, standard input)
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("redirect, needle", [(">/dev/full", "No space left on device"), (">&-", "closed")])
 @pytest.mark.parametrize("name", WRITES)
 def test_stdout_full_or_closed(name, redirect, needle):
@@ -55,6 +56,7 @@ def test_stdout_full_or_closed(name, redirect, needle):
     _assert_one_error(_run(args, redirect, stdin), needle)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("redirect", [">/dev/full", ">&-"])
 @pytest.mark.parametrize("command", ["convert-fp8", "sparsify"])
 def test_checkpoint_stays_when_its_report_cannot_be_written(tmp_path, command, redirect):
@@ -65,6 +67,7 @@ def test_checkpoint_stays_when_its_report_cannot_be_written(tmp_path, command, r
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("redirect", ["2>/dev/full", "2>&-"])
 def test_a_full_stderr_never_stops_the_output(redirect):
     r = _run(["generate", "Once upon a time", "--max-new-tokens", "8", "--temperature", "0"], redirect)

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test starts python -m llamafast
 COMMANDS = ["", "generate", "bench", "eval", "convert-fp8", "info", "sparsify", "chat"]
 
 

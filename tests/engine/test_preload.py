@@ -17,7 +17,6 @@ from triton import knobs
 from llamafast.config import MODEL_CONFIGS
 from llamafast.load.preload import KernelPreload, preload_path
 
-from ..conftest import requires_cuda
 
 CPU = torch.device("cpu")
 
@@ -105,8 +104,8 @@ def test_one_file_per_model_kind(tmp_path):
                                                                                     tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
-@requires_cuda
 def test_second_generate_preloads_the_first_ones_kernels(tmp_path):
     env = {**os.environ, "LLAMAFAST_PRELOAD": "1", "LLAMAFAST_TUNE_DIR": str(tmp_path)}
     cmd = [sys.executable, "-m", "llamafast", "generate", "Once upon a time", "--max-new-tokens", "24", "--seed", "1",

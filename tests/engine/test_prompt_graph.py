@@ -12,7 +12,7 @@ from llamafast.generate import Engine, generate, stream_tokens
 from llamafast.load import load_model
 from llamafast.prompt_graph import PromptGraphs, bucket
 
-from ..conftest import TOLERANCES, requires_cuda, requires_stories
+from ..conftest import TOLERANCES
 
 GREEDY = SamplingConfig(temperature=0)
 
@@ -37,8 +37,7 @@ def _cache(model, n: int) -> torch.Tensor:
     return torch.stack([torch.stack((b.k_cache[:, :n], b.v_cache[:, :n])) for b in model.layers])
 
 
-@requires_stories
-@pytest.mark.parametrize("backend", [Backend.reference, Backend.triton])
+@pytest.mark.parametrize("backend", [Backend.reference, pytest.param(Backend.triton, marks=pytest.mark.slow)])
 def test_padded_prompt_gives_unpadded_logits_and_cache(golden, backend):
     """A 40-token prompt padded to 64 (triton: the prefill kernels in the interpreter on the CPU), after a first
     unpadded run of its bucket; then from offset 30, as a chat turn reuses the cache."""
@@ -58,7 +57,6 @@ def test_padded_prompt_gives_unpadded_logits_and_cache(golden, backend):
     torch.testing.assert_close(padded.prompt_logits(ids[30:], start=30), want, atol=atol, rtol=rtol)
 
 
-@requires_stories
 def test_padded_chunks_give_golden_tokens(golden):
     """The 5-token prompt in chunks of 2 at offsets 0, 2 and 4 (bucket 64) on the reference path, twice: the
     golden greedy continuation both times. The cache holds 66 positions, so the chunk at 4, whose padding
@@ -72,8 +70,6 @@ def test_padded_chunks_give_golden_tokens(golden):
 
 
 @pytest.mark.gpu
-@requires_cuda
-@requires_stories
 def test_graph_replays_give_golden_tokens(golden):
     """The triton backend on the GPU in fp32: eager, then captured, then replayed prompts (whole, and in chunks
     of 3 that attend to the cache the chunks before wrote) all give the golden continuation."""
@@ -87,8 +83,6 @@ def test_graph_replays_give_golden_tokens(golden):
 
 
 @pytest.mark.gpu
-@requires_cuda
-@requires_stories
 def test_graph_replay_matches_eager_logits(golden):
     """Replayed logits equal the eager pass's bit for bit at the padded length, and the unpadded pass's within
     fp32 summation order, at offsets 0 and 11."""
@@ -105,6 +99,7 @@ def test_graph_replay_matches_eager_logits(golden):
     torch.testing.assert_close(engine.prompt_logits(ids[11:], start=11), want, atol=atol, rtol=rtol)
 
 
+@pytest.mark.slow
 def test_chat_after_warming_buckets_is_exact():
     """A chat whose engine warms buckets 64, 128 and 256 after each reply (padded passes past the cached sequence)
     and runs later prompts padded: every reply equals a fresh prefill of the whole conversation."""
@@ -126,7 +121,6 @@ def test_chat_after_warming_buckets_is_exact():
 
 
 @pytest.mark.gpu
-@requires_cuda
 def test_bench_times_the_prompt_replayed_from_its_graph(monkeypatch):
     """bench's time to first token is that of a prompt whose bucket is captured, as every prompt after the first of
     its length runs: the timed pass neither runs the bucket eagerly nor captures it."""

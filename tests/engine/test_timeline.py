@@ -10,7 +10,6 @@ from llamafast.bench.timeline import Kernel, run_timeline, short_name, summarize
 from llamafast.config import Backend, DType
 from llamafast.load import load_model
 
-from ..conftest import requires_cuda
 
 LAYER = ["_rmsnorm_qkv_rope_kernel", "_decode_attention_split_kernel", "_linear_residual_kernel",
          "_rmsnorm_swiglu_kernel", "_linear_residual_kernel"]
@@ -53,7 +52,6 @@ def test_summary_labels_ops_by_layer_and_turn():
 
 
 @pytest.mark.gpu
-@requires_cuda
 def test_timeline_of_a_real_graph():
     """stories260K's decode graph: every layer's kernels once per layer, and the totals add up."""
     lm = load_model(None, device=torch.device("cuda"), dtype=DType.float32, backend=Backend.triton)

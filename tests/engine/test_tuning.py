@@ -22,7 +22,6 @@ from llamafast.load.shard import Shard, random_shard
 from llamafast.tuning import cache
 from llamafast.tuning.sweep import TABLES, attention_candidates, gemv_candidates, sweep
 
-from ..conftest import requires_cuda
 from ..kernels.common import DEVICE, ODD, tolerance
 
 
@@ -143,6 +142,7 @@ def test_the_cli_says_so_once(capsys):
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow
 def test_tuned_launches_compute_what_the_reference_does():
     model = odd_model()
     done = tuning.tune(tuning.prepare(model, FakeTimer()))
@@ -203,7 +203,6 @@ def test_keys_follow_the_weights_as_stored():
 
 
 @pytest.mark.gpu
-@requires_cuda
 def test_tunes_a_new_shape_on_the_gpu_once():
     """Real CUDA-graph timing of a small random model's kernels; the second run loads the file and tunes nothing;
     greedy tokens match the reference path's."""

@@ -17,11 +17,10 @@ DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 # Odd on purpose: K = 96 is not a multiple of any BLOCK_K, F = 200 and V = 1000 not of BLOCK_N, head_dim 16.
 ODD = ModelConfig(dim=96, n_layers=1, n_heads=6, n_kv_heads=3, vocab_size=1000, hidden_dim=200, max_seq_len=600)
 
-_gpu = pytest.mark.gpu
 SHAPES = [
     pytest.param(MODEL_CONFIGS["stories260K"], id="stories260K"),  # head_dim 8, GQA 2:1
     pytest.param(ODD, id="odd"),
-    *[pytest.param(MODEL_CONFIGS[n], id=n, marks=[_gpu, pytest.mark.skipif(not ON_GPU, reason="needs a GPU")])
+    *[pytest.param(MODEL_CONFIGS[n], id=n, marks=pytest.mark.gpu)
       for n in ("llama-2-7b", "llama-2-13b", "llama-2-70b", "smollm2-135m")],
 ]
 
@@ -39,8 +38,3 @@ def tolerance(dtype: torch.dtype) -> dict:
     atol, rtol = TOLERANCES[dtype]
     return {"atol": atol, "rtol": rtol}
 
-
-def assert_matches_reference(spec, config: ModelConfig, dtype: torch.dtype, fp8: FP8Format | None) -> None:
-    """The kernel and its torch reference on the same inputs (FP8 weights too), within the dtype's tolerance."""
-    args, kw = spec.make_inputs(config, dtype, DEVICE, 1, fp8)
-    torch.testing.assert_close(spec.kernel(*args, **kw), spec.reference(*args, **kw), **tolerance(dtype))

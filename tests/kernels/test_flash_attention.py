@@ -11,10 +11,10 @@ import torch.nn.functional as F
 from llamafast.config import ModelConfig
 from llamafast.bench.prefill_registry import PREFILL, flash_attention
 
-from .common import DEVICE, DOT_DTYPES, ON_GPU, SHAPES, tolerance
+from .common import DEVICE, DOT_DTYPES, SHAPES, tolerance
 
 SPEC = PREFILL["flash_attention"]
-_gpu = [pytest.mark.gpu, pytest.mark.skipif(not ON_GPU, reason="needs a GPU")]
+_gpu = pytest.mark.gpu
 # (M, pos): shorter than a block, odd, a chunk after a chunk, and on the GPU whole 7B-sized prompts.
 LENGTHS = [(1, 0), (5, 3), (33, 0), (100, 28), pytest.param(1000, 0, marks=_gpu), pytest.param(509, 2048, marks=_gpu),
            pytest.param(4096, 0, marks=_gpu)]

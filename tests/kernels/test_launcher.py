@@ -11,11 +11,10 @@ from llamafast.bench.prefill_registry import PREFILL
 
 from llamafast import reference
 
-from .common import DEVICE, ODD, ON_GPU
+from .common import DEVICE, ODD
 
 launcher = importlib.import_module("llamafast.kernels.prefill.launcher")
 rows = importlib.import_module("llamafast.kernels.prefill.rmsnorm_rows")
-needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a GPU")
 
 
 def test_key_tells_apart_what_triton_specializes_on():
@@ -38,7 +37,6 @@ def _outputs(name: str, args: tuple, kw: dict) -> list[torch.Tensor]:
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("name", list(PREFILL))
 def test_direct_launch_matches_triton_launch(name, monkeypatch):
     """Direct launches run the very kernel triton would: the outputs agree bit for bit, twice over."""
@@ -53,7 +51,6 @@ def test_direct_launch_matches_triton_launch(name, monkeypatch):
 
 
 @pytest.mark.gpu
-@needs_gpu
 def test_misaligned_rows_get_their_own_kernel():
     """A view 2 bytes into its storage is not 16-byte aligned: the launcher must not reuse the aligned kernel."""
     m, k = 37, 96

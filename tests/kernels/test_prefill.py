@@ -11,7 +11,7 @@ from llamafast.quant import FP8Format
 
 from llamafast.kernels.prefill.tiles import HOST_DESCRIPTOR_ROWS, TMA_MIN_ROWS
 
-from .common import DEVICE, DOT_DTYPES, FP8, ON_GPU, SHAPES, tolerance
+from .common import DEVICE, DOT_DTYPES, FP8, SHAPES, tolerance
 
 # (M, pos): one token, a block and a bit, a chunk after earlier chunks.
 LENGTHS = [(1, 0), (37, 0), (70, 19)]
@@ -61,7 +61,6 @@ def test_qkv_rope_matches_reference(config, dtype, m, pos, fp8):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not ON_GPU, reason="needs a GPU")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("config", [c for c in SHAPES if c.id in ("stories260K", "odd", "llama-2-7b")])
 @pytest.mark.parametrize("name", ["prefill_qkv_rope", *MATMULS])

@@ -17,7 +17,7 @@ from llamafast.quant import quantize
 
 from .common import DEVICE, FP8, ON_GPU, tolerance
 
-gpu = [pytest.mark.gpu, pytest.mark.skipif(not ON_GPU, reason="needs a GPU")]
+gpu = pytest.mark.gpu
 # (config, group size): odd group counts (C = 96 is no power of two; 200 / 8 = 25 groups, 172 / 4 = 43)
 SHAPES = [
     pytest.param(ModelConfig(dim=96, n_layers=1, n_heads=6, hidden_dim=200), 8, id="odd-25x8"),

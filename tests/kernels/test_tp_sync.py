@@ -11,7 +11,7 @@ import torch
 from llamafast import reference
 from llamafast.config import WeightFormat
 
-from .common import DEVICE, ON_GPU, tolerance
+from .common import DEVICE, tolerance
 
 kernels = pytest.importorskip("kernels")
 from kernels.rmsnorm_lm_head import rmsnorm_lm_head  # noqa: E402
@@ -19,10 +19,9 @@ from kernels.rmsnorm_qkv_rope import rmsnorm_qkv_rope  # noqa: E402
 from kernels.rmsnorm_swiglu import rmsnorm_swiglu  # noqa: E402
 from kernels.tp_sync import Peers, push_linear, wait_logits  # noqa: E402
 
-# (C, K per rank, F per rank, V): odd on purpose (K = 48 is no power of two); on a GPU also 7B at TP=2.
-SHAPES = [pytest.param((96, 48, 100, 1000), id="odd")]
-if ON_GPU:
-    SHAPES.append(pytest.param((4096, 2048, 5504, 32000), id="llama-2-7b-tp2", marks=pytest.mark.gpu))
+# (C, K per rank, F per rank, V): odd on purpose (K = 48 is no power of two); 7B at TP=2 on a GPU (marked gpu).
+SHAPES = [pytest.param((96, 48, 100, 1000), id="odd"),
+          pytest.param((4096, 2048, 5504, 32000), id="llama-2-7b-tp2", marks=pytest.mark.gpu)]
 DTYPES = [torch.float32, torch.bfloat16]
 FLOAT = WeightFormat.float
 

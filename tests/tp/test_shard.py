@@ -20,23 +20,22 @@ from llamafast.quant import FP8Format, quantize_named
 from llamafast.load.shard import Shard, check_shardable, load_shard, local_shapes, random_shard
 from llamafast.load.weights import load_state, random_state
 
-from ..conftest import STORIES, requires_stories
 from ..formats import meta_state, write_hf, write_meta
 from ..gguf_models.gguf_files import write_gguf
 
 CPU = torch.device("cpu")
 
 
-def _make(kind: str, dst: Path) -> Path:
-    """stories260K in checkpoint format `kind`, written under dst (or the test data's copy)."""
+def _make(kind: str, dst: Path, copies: Path) -> Path:
+    """stories260K in checkpoint format `kind`, written under dst (or the stories_copies fixture's, in copies)."""
     if kind in ("meta", "hf"):
-        return STORIES / kind
+        return copies / kind
     if kind == "llama2c":
         return bundled_model()
     ckpt = open_checkpoint(bundled_model())
     if kind.startswith("meta_"):  # split across files along fairscale's dims, a file boundary inside a rank's rows
-        state = torch.load(STORIES / "meta" / "consolidated.00.pth", weights_only=True)
-        config = open_checkpoint(STORIES / "meta").config  # its multiple_of, unlike the .bin header's
+        state = torch.load(copies / "meta" / "consolidated.00.pth", weights_only=True)
+        config = open_checkpoint(copies / "meta").config  # its multiple_of, unlike the .bin header's
         write_meta(dst, config, {k: v for k, v in state.items() if k != "rope.freqs"}, int(kind[-1]))
     elif kind == "llamafast":
         state = load_state(ckpt, CPU, torch.float32)
@@ -64,9 +63,9 @@ FORMATS = ["meta", "meta_2", "meta_3", "hf", "llama2c", "llamafast", "fp8_e5m2",
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, Path]:
+def checkpoints(tmp_path_factory, stories_copies) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("ckpts")
-    return {kind: _make(kind, root / kind) for kind in FORMATS}
+    return {kind: _make(kind, root / kind, stories_copies) for kind in FORMATS}
 
 
 def _unshard(shards: list[dict], config: ModelConfig) -> dict[str, torch.Tensor]:
@@ -99,7 +98,6 @@ def _check(full: dict, shards: list[dict], config: ModelConfig) -> None:
         assert rebuilt[name].dtype == t.dtype and torch.equal(rebuilt[name], t), name
 
 
-@requires_stories
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("kind", FORMATS)
 def test_shards_concatenate_to_the_full_state(checkpoints, kind, world):
@@ -146,7 +144,6 @@ def test_head_replicated_when_vocabulary_does_not_divide(tmp_path):
     _check(load_state(ckpt, CPU, torch.float32), shards, config)
 
 
-@requires_stories
 @pytest.mark.parametrize("kind", ["hf", "llamafast", "fp8_e4m3", "meta_2"])
 def test_slices_never_load_the_whole_tensor(checkpoints, kind):
     ckpt = open_checkpoint(checkpoints[kind])
@@ -204,7 +201,6 @@ def test_sparsified_checkpoint_refused(checkpoints):
         load_shard(ckpt, Shard(0, 2), CPU, torch.float32)
 
 
-@requires_stories
 @pytest.mark.parametrize("kind", FORMATS)
 def test_staging_jobs_hold_the_rank_slices(checkpoints, kind):
     """On a GPU load_shard stages each tensor through pinned buffers (weights.staged): every tensor of every
@@ -223,8 +219,6 @@ def test_staging_jobs_hold_the_rank_slices(checkpoints, kind):
 
 
 @pytest.mark.gpu
-@requires_stories
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("kind", ["hf", "meta_2", "fp8_e4m3", "gguf"])
 def test_staged_shards_equal_the_cpu_ones(checkpoints, kind):
     ckpt = open_checkpoint(checkpoints[kind])

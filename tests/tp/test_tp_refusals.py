@@ -34,6 +34,7 @@ def one_process(prompt: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_prompt_from_standard_input_is_rank_0s(tmp_path):
     """Rank 0 reads standard input and every rank runs its prompt: the text of one process from that prompt."""
     done = subprocess.run(
@@ -45,6 +46,7 @@ def test_prompt_from_standard_input_is_rank_0s(tmp_path):
     assert "using gloo all-reduces" in done.stderr and "nccl" not in done.stderr, done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_prompt_file_only_rank_0_can_read(tmp_path):
     (tmp_path / "rank0").mkdir()
     (tmp_path / "rank0" / "prompt.txt").write_text("Once upon a time\n")
@@ -54,6 +56,7 @@ def test_prompt_file_only_rank_0_can_read(tmp_path):
     assert done.stdout == one_process("Once upon a time")
 
 
+@pytest.mark.slow
 def test_reader_that_leaves_early_ends_every_rank_with_0():
     """`torchrun ... generate ... | head -c 5`: rank 0 writes on into nothing and takes part to the end."""
     cmd = (f"{sys.executable} -m torch.distributed.run --standalone --nproc-per-node=2 -m llamafast generate "
@@ -64,6 +67,7 @@ def test_reader_that_leaves_early_ends_every_rank_with_0():
     assert "Traceback" not in done.stderr and not errors(done), done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_ranks_started_with_different_arguments(tmp_path):
     script = tmp_path / "own_token_count.py"
     script.write_text("import os, sys\nfrom llamafast.cli import app\n"
@@ -74,6 +78,7 @@ def test_ranks_started_with_different_arguments(tmp_path):
     assert len(errors(done)) == 1 and "started with different arguments" in errors(done)[0], done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_convert_under_torchrun_is_refused_on_every_rank(tmp_path):
     out = tmp_path / "out"
     done = torchrun(2, "-m", "llamafast", "convert-fp8", str(bundled_model()), str(out))
@@ -103,6 +108,7 @@ def test_tp_timeout_in_seconds(monkeypatch, value, seconds):
     assert timeout() == timedelta(seconds=seconds)
 
 
+@pytest.mark.slow
 def test_bench_refusals_are_printed_once():
     """bench's own checks run on every rank alike: rank 0 reports, once."""
     done = torchrun(2, "-m", "llamafast", "bench", "--random-weights", "--shape", "stories260K", "--prompt-len", "0")

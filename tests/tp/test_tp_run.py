@@ -15,6 +15,7 @@ import torch
 
 from llamafast.load import bundled_model
 
+pytestmark = pytest.mark.slow  # every test starts torchrun or python -m llamafast
 WORKER = Path(__file__).with_name("worker.py")
 ON_GPU = torch.cuda.device_count() >= 2
 

@@ -1,0 +1,40 @@
+"""The decode GEMV kernels of the registry (llamafast/measure/registry.py) against their references, on the
+registry's own inputs: linear_residual at the output (wo) and down (w2) projections, rmsnorm_swiglu, and
+rmsnorm_lm_head (fp32 logits). Each returns its whole result, so one comparison covers it; the registry's other
+kernels write into caches or keep state and have modules of their own."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llamafast.config import ModelConfig
+from llamafast.kernels import linear_residual, rmsnorm_lm_head, rmsnorm_swiglu
+from llamafast.measure.registry import REGISTRY
+from llamafast.quant import FP8Format
+
+from .common import DEVICE, DTYPES, FP8, SHAPES, tolerance
+
+GEMVS = [name for name, spec in REGISTRY.items() if spec.kernel in (linear_residual, rmsnorm_swiglu, rmsnorm_lm_head)]
+# The registry's kernels tested by their own modules: test_rmsnorm_qkv_rope, test_decode_attention, test_sparse_ffn.
+ELSEWHERE = {"rmsnorm_qkv_rope", "decode_attention", *(n for n in REGISTRY if n.startswith("sparse_ffn["))}
+
+
+def assert_matches_reference(spec, config: ModelConfig, dtype: torch.dtype, fp8: FP8Format | None) -> None:
+    """The kernel and its torch reference on the same inputs (FP8 weights too), within the dtype's tolerance."""
+    args, kw = spec.make_inputs(config, dtype, DEVICE, 1, fp8)
+    torch.testing.assert_close(spec.kernel(*args, **kw), spec.reference(*args, **kw), **tolerance(dtype))
+
+
+@pytest.mark.parametrize("name", GEMVS)
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config", SHAPES)
+def test_matches_reference(config, dtype, fp8, name):
+    assert_matches_reference(REGISTRY[name], config, dtype, fp8)
+
+
+def test_every_registry_kernel_is_tested():
+    """A kernel added to the registry lands here, or in a module of its own named in ELSEWHERE."""
+    assert GEMVS == ["linear_residual[wo]", "rmsnorm_swiglu", "linear_residual[w2]", "rmsnorm_lm_head"]
+    assert set(REGISTRY) == set(GEMVS) | ELSEWHERE
