@@ -10,6 +10,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     .whl/*.whl || return 1
 fi
 mkdir -p /tmp/llamafast-bin
+command -v python >/dev/null || ln -sf "$(command -v python3)" /tmp/llamafast-bin/python  # the recipes call python
 printf '#!/bin/sh\nexec python3 -m llamafast "$@"\n' > /tmp/llamafast-bin/llamafast && chmod +x /tmp/llamafast-bin/llamafast
 export PYTHONPATH=$PWD:/tmp/llamafast-site PATH=/tmp/llamafast-bin:$PATH PYTHONUNBUFFERED=1
 export LLAMAFAST_TESTDATA=${LLAMAFAST_TESTDATA:-$PWD/.testdata}
