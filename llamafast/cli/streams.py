@@ -92,7 +92,7 @@ def guarded_streams(run: Callable[[], int]) -> int:
             sys.stdout = stdout
         sys.stderr = stderr
     if guard.failed:
-        _discard(stdout)
+        discard(stdout)
     _discard_if_failing(stderr)
     return code
 
@@ -107,7 +107,7 @@ def _hold_closed_descriptors() -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
 
 
-def _discard(stream) -> None:
+def discard(stream) -> None:
     """Points a failed stream's descriptor at /dev/null: the interpreter flushes it again at exit, and another
     failure there would print a second message and exit 120."""
     with contextlib.suppress(AttributeError, OSError, ValueError):
@@ -120,4 +120,4 @@ def _discard_if_failing(stream) -> None:
     try:
         stream.flush()
     except (AttributeError, OSError, ValueError):
-        _discard(stream)
+        discard(stream)

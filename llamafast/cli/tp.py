@@ -21,6 +21,7 @@ from typing import Annotated, Optional, TypeVar
 import typer
 
 from llamafast.cli.common import err, print_error
+from llamafast.cli.streams import discard
 from llamafast.config import Backend
 from llamafast.errors import LlamafastError, SharedError
 
@@ -180,11 +181,7 @@ class ReaderMayLeave:
             self._reader_gone()
 
     def _reader_gone(self) -> None:
-        # Standard output's descriptor now leads to /dev/null: what is still buffered, and the interpreter's last
-        # flush, go there instead of failing again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, self._stream.fileno())
-        os.close(devnull)
+        discard(self._stream)  # what is still buffered, and the interpreter's last flush, go to /dev/null
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)

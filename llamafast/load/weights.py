@@ -215,11 +215,10 @@ def model_bytes(config: ModelConfig, dtype: torch.dtype, fp8: FP8Format | None =
 def float_and_fp8_fit(config: ModelConfig, dtype: torch.dtype, fp8: FP8Format, device: torch.device) -> str | None:
     """None when a model's float weights and their FP8 copy (quantize_state: linear weights quantized, the rest
     shared) fit the device together; else why not. The largest linear weight in fp32 is the quantizer's scratch."""
-    floats, quantized = model_bytes(config, dtype), model_bytes(config, dtype, fp8)
-    shared = sum(device_bytes(n, s, dtype, dtype, None) for n, s in expected_shapes(config, True).items()
-                 if not is_quantized_linear(n))
-    scratch = 4 * max(nbytes(s, torch.int8) for n, s in expected_shapes(config, True).items() if is_quantized_linear(n))
-    need, free = floats + quantized - shared + scratch, free_memory(device)
+    linear = {n: s for n, s in expected_shapes(config, True).items() if is_quantized_linear(n)}
+    copy = sum(device_bytes(n, s, dtype, dtype, fp8) for n, s in linear.items())  # the rest is shared, not copied
+    scratch = 4 * max(nbytes(s, torch.int8) for s in linear.values())
+    need, free = model_bytes(config, dtype) + copy + scratch, free_memory(device)
     if free is None or need <= free:
         return None
     return (f"the {dtype} weights and their {fp8.weights} copy need {need / 1e9:.1f} GB together, and "

@@ -34,8 +34,9 @@ Entries = dict[tuple[str, tuple[int, ...]], Entry]  # (table name, key) -> entry
 
 def tune_dir() -> Path:
     """$LLAMAFAST_TUNE_DIR, else a sibling of Triton's cache directory named llamafast."""
-    if settings().tune_dir is not None:
-        return settings().tune_dir
+    chosen = settings().tune_dir
+    if chosen is not None:
+        return chosen
     try:
         from triton import knobs  # recent tritons: the directory Triton itself uses
 
