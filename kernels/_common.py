@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import WeightFormat
+from llamafast.config import Weight, WeightFormat
 
 # True where kernels run on CPU tensors through Triton's interpreter (the tests without a GPU).
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -43,8 +43,9 @@ def check_rows(name: str, t: torch.Tensor, k: int) -> None:
     assert t.stride(1) == 1, f"{name}: rows must be contiguous along K"
 
 
-def w_fp8(fmt: WeightFormat, w: torch.Tensor, scale: torch.Tensor | None) -> int:
-    """W_FP8 for a weight in format fmt, after checking that the tensors are what fmt says they are."""
+def w_fp8(weight: Weight) -> int:
+    """W_FP8 for a weight, after checking that its tensors are what its format says they are."""
+    w, scale, fmt = weight.data, weight.scale, weight.fmt
     if fmt == WeightFormat.float:
         assert w.dtype != torch.int8 and scale is None, f"float weights: got {w.dtype}, scale {scale is not None}"
     else:
@@ -54,6 +55,11 @@ def w_fp8(fmt: WeightFormat, w: torch.Tensor, scale: torch.Tensor | None) -> int
         if e4m3:
             assert scale.dtype == torch.float32 and scale.shape == (w.shape[0],), "E4M3 scales: (N,) fp32"
     return fmt.code
+
+
+def scale_arg(w: Weight) -> torch.Tensor:
+    """The scale pointer a kernel takes: E4M3's scales, else any tensor (the kernel never reads it)."""
+    return w.data if w.scale is None else w.scale
 
 
 @triton.jit

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from llamafast.config import WeightFormat
+from llamafast.config import Weight, WeightFormat
 
 from ._common import INTERPRET, decode_weights, next_pow2, w_fp8
 
@@ -141,16 +141,15 @@ def gemv_config(table: dict[tuple[int, int, int], GemvConfig], w: torch.Tensor) 
     return GemvConfig(8, block_k, 4) if n >= 8192 else GemvConfig(2, block_k, 1)
 
 
-def launch_args(cfg: GemvConfig, w: torch.Tensor, scale: torch.Tensor | None, fmt: WeightFormat,
-                block_n: int | None = None, pdl: bool = False) -> dict:
-    """The meta-parameters and launch options every GEMV kernel takes, for weight w (and its E4M3 scale); pdl: the
-    kernel takes PDL and may be launched with it (the dense decode kernels, when use_pdl)."""
+def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: bool = False) -> dict:
+    """The meta-parameters and launch options every GEMV kernel takes, for weight w; pdl: the kernel takes PDL and
+    may be launched with it (the dense decode kernels, when use_pdl)."""
     args = {
         "BLOCK_N": block_n or cfg.block_n, "BLOCK_K": cfg.block_k, "EVEN_K": w.shape[1] % cfg.block_k == 0,
-        "W_FP8": w_fp8(fmt, w, scale), "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
+        "W_FP8": w_fp8(w), "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
     }
     if pdl:
-        on = use_pdl(w.device, fmt)
+        on = use_pdl(w.data.device, w.fmt)
         args.update(PDL=on, launch_pdl=on)
     return args
 

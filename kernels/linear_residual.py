@@ -11,9 +11,9 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import WeightFormat
+from llamafast.config import Weight
 
-from ._common import cdiv, check_rows, check_vector
+from ._common import cdiv, check_rows, check_vector, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 
 # (N, K, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): wo 13.8 us = 2438 GB/s and w2 33.8 us
@@ -50,18 +50,17 @@ def _linear_residual_kernel(
     tl.store(out_ptr + rows, (res + acc).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def linear_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, w_scale: torch.Tensor | None = None,
-                    fmt: WeightFormat = WeightFormat.float, configs=None):
-    """x (1, K), w (N, K) float or FP8, residual (1, N) -> (1, N) = residual + x @ w.T, in x's dtype."""
+def linear_residual(x: torch.Tensor, w: Weight, residual: torch.Tensor, configs=None):
+    """x (1, K), w (N, K) float or FP8, residual (1, N) -> (1, N) = residual + x @ w.T, in x's dtype. configs: the
+    model's launch table (default: the committed CONFIGS)."""
     n, k = w.shape
     check_vector("x", x, k)
     check_vector("residual", residual, n)
-    check_rows("w", w, k)
+    check_rows("w", w.data, k)
     out = torch.empty_like(residual)
-    cfg = gemv_config(configs or CONFIGS, w)
+    cfg = gemv_config(CONFIGS if configs is None else configs, w.data)
     grid = (cdiv(n, cfg.block_n),)
     _linear_residual_kernel[grid](
-        x, w, w if w_scale is None else w_scale, residual, out, n, k, w.stride(0),
-        **launch_args(cfg, w, w_scale, fmt, pdl=True),
+        x, w.data, scale_arg(w), residual, out, n, k, w.data.stride(0), **launch_args(cfg, w, pdl=True),
     )
     return out

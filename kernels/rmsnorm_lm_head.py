@@ -10,9 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import WeightFormat
+from llamafast.config import Weight
 
-from ._common import cdiv, check_rows, check_vector
+from ._common import cdiv, check_rows, check_vector, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 from . import tp_sync
 from .tp_sync import Peers, consumer_args, push_rows, release_slot, signal_peers, wait_arrivals
@@ -57,8 +57,8 @@ def _rmsnorm_lm_head_kernel(
         signal_peers(counter_ptr, flags_table, flag_offset, WORLD, SYS_TICKET)
 
 
-def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float, w_scale=None,
-                    fmt: WeightFormat = WeightFormat.float, configs=None, push: tuple[Peers, int] | None = None):
+def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float, configs=None,
+                    push: tuple[Peers, int] | None = None):
     """Same contract as llamafast.reference.rmsnorm_lm_head for one token: x (1, C) -> logits (1, V) fp32; x may
     be a tp_sync.SummedInput. push=(peers, slot): w is this rank's vocabulary shard, and its logits go into every
     rank's peers.logits (tp_sync.wait_logits returns the whole row); returns None then."""
@@ -71,12 +71,12 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps:
     v, c = w.shape
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_rows("w", w, c)
+    check_rows("w", w.data, c)
     out = torch.empty((1, v), device=x.device, dtype=torch.float32)
-    cfg = gemv_config(configs or CONFIGS, w)
+    cfg = gemv_config(CONFIGS if configs is None else configs, w.data)
     _rmsnorm_lm_head_kernel[(cdiv(v, cfg.block_n),)](
-        x, norm_w, w, w if w_scale is None else w_scale, out, v, c, w.stride(0), eps,
-        **launch_args(cfg, w, w_scale, fmt, pdl=not parts),
+        x, norm_w, w.data, scale_arg(w), out, v, c, w.data.stride(0), eps,
+        **launch_args(cfg, w, pdl=not parts),
         **parts,
     )
     return None if push is not None else out

@@ -17,9 +17,9 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import WeightFormat
+from llamafast.config import Weight
 
-from ._common import cdiv, check_rows, check_vector
+from ._common import cdiv, check_rows, check_vector, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 from .tp_sync import consumer_args, release_slot, wait_arrivals
 
@@ -72,8 +72,7 @@ def _rmsnorm_qkv_rope_kernel(
         release_slot(f_ptr)
 
 
-def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv_scale=None, fmt=WeightFormat.float,
-                     configs=None):
+def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, eps, configs=None):
     """Same contract as llamafast.reference.rmsnorm_qkv_rope, for one token: x (1, C) -> q (1, H, D); x may be a
     tp_sync.SummedInput."""
     x, parts = consumer_args(x)
@@ -82,15 +81,15 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv
     qd = n - 2 * kvh * d
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_rows("wqkv", wqkv, c)
+    check_rows("wqkv", wqkv.data, c)
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "k and v caches: same layout, D contiguous"
     assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
     q = torch.empty((1, qd // d, d), device=x.device, dtype=x.dtype)
-    cfg = gemv_config(configs or CONFIGS, wqkv)
+    cfg = gemv_config(CONFIGS if configs is None else configs, wqkv.data)
     block_n = max(2, cfg.block_n)  # even, so both rows of a RoPE pair are in one program
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
-        x, norm_w, wqkv, wqkv if wqkv_scale is None else wqkv_scale, cos, sin, pos, q, k_cache, v_cache,
-        n, c, qd, kvh * d, wqkv.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
-        HEAD_DIM=d, **launch_args(cfg, wqkv, wqkv_scale, fmt, block_n, pdl=not parts), **parts,
+        x, norm_w, wqkv.data, scale_arg(wqkv), cos, sin, pos, q, k_cache, v_cache,
+        n, c, qd, kvh * d, wqkv.data.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
+        HEAD_DIM=d, **launch_args(cfg, wqkv, block_n, pdl=not parts), **parts,
     )
     return q

@@ -13,9 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import WeightFormat
+from llamafast.config import Weight
 
-from ._common import cdiv, check_rows, check_vector
+from ._common import cdiv, check_rows, check_vector, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 from .tp_sync import consumer_args, release_slot, wait_arrivals
 
@@ -54,21 +54,22 @@ def _rmsnorm_swiglu_kernel(
         release_slot(f_ptr)
 
 
-def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None, fmt=WeightFormat.float, configs=None):
+def rmsnorm_swiglu(x, norm_w, w1: Weight, w3: Weight, eps, configs=None):
     """Same contract as llamafast.reference.rmsnorm_swiglu for one token: x (1, C) -> (1, F); x may be a
     tp_sync.SummedInput."""
     x, parts = consumer_args(x)
     f, c = w1.shape
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_rows("w1", w1, c)
-    check_rows("w3", w3, c)
-    assert w1.shape == w3.shape and w1.stride() == w3.stride() and w1.dtype == w3.dtype, "w1, w3: same shape, layout"
-    assert (w1_scale is None) == (w3_scale is None), "w1 and w3: the same weight format"
+    check_rows("w1", w1.data, c)
+    check_rows("w3", w3.data, c)
+    a, b = w1.data, w3.data
+    assert a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype, "w1, w3: same shape, layout"
+    assert w1.fmt == w3.fmt and (w1.scale is None) == (w3.scale is None), "w1 and w3: the same weight format"
     out = torch.empty((1, f), device=x.device, dtype=x.dtype)
-    cfg = gemv_config(configs or CONFIGS, w1)
+    cfg = gemv_config(CONFIGS if configs is None else configs, a)
     _rmsnorm_swiglu_kernel[(cdiv(f, cfg.block_n),)](
-        x, norm_w, w1, w3, w1 if w1_scale is None else w1_scale, w3 if w3_scale is None else w3_scale, out,
-        f, c, w1.stride(0), eps, **launch_args(cfg, w1, w1_scale, fmt, pdl=not parts), **parts
+        x, norm_w, a, b, scale_arg(w1), scale_arg(w3), out,
+        f, c, a.stride(0), eps, **launch_args(cfg, w1, pdl=not parts), **parts
     )
     return out

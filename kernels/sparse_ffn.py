@@ -26,9 +26,9 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import SPARSE_COLUMN_BLOCKS, SparseMode, WeightFormat
+from llamafast.config import SPARSE_COLUMN_BLOCKS, SparseMode, Weight, WeightFormat
 
-from ._common import cdiv, check_rows, check_vector, decode_weights, next_pow2, w_fp8
+from ._common import cdiv, check_rows, check_vector, decode_weights, next_pow2, scale_arg, w_fp8
 from .gemv import dot_rows
 from .sparse_select import select_groups
 
@@ -129,25 +129,26 @@ def check_group_size(group_size: int, hidden_dim: int) -> None:
     assert hidden_dim % group_size == 0, f"group size {group_size} does not divide the FFN width {hidden_dim}"
 
 
-def sparse_ffn(x, norm_w, w1, w3, w2t, router_w, router_b, threshold, work, eps, group_size, mode,
-               w1_scale=None, w3_scale=None, w2t_scale=None, fmt=WeightFormat.float, configs=None):
+def sparse_ffn(x, norm_w, w1: Weight, w3: Weight, w2t: Weight, router_w, router_b, threshold, work, eps, group_size,
+               mode, configs=None):
     """Same contract as llamafast.reference.sparse_ffn for one token: x (1, C) -> (1, C)."""
     f, c = w1.shape
     check_group_size(group_size, f)
     check_vector("x", x, c)
     for name, w in (("w1", w1), ("w3", w3), ("w2t", w2t)):
-        check_rows(name, w, c)
-        assert w.shape == (f, c) and w.dtype == w1.dtype, f"{name}: ({f}, {c}) like w1"
-    assert (w2t_scale is not None) == (fmt == WeightFormat.fp8_e4m3), "E4M3 W2t: (C,) column scales"
+        check_rows(name, w.data, c)
+        assert w.shape == (f, c) and w.data.dtype == w1.data.dtype and w.fmt == w1.fmt, f"{name}: ({f}, {c}) like w1"
+    e4m3, w2t_scale = w1.fmt == WeightFormat.fp8_e4m3, w2t.scale
+    assert (w2t_scale is not None) == e4m3, "E4M3 W2t: (C,) column scales"
     assert w2t_scale is None or (w2t_scale.shape == (c,) and w2t_scale.dtype == torch.float32), "W2t scales: (C,)"
-    cfg = (configs or CONFIGS).get((f, c, w1.element_size()), DEFAULT)
-    act = select_groups(x, norm_w, w1, router_w, router_b, threshold, work, eps, group_size, mode, w1_scale, fmt)
+    cfg = (CONFIGS if configs is None else configs).get((f, c, w1.data.element_size()), DEFAULT)
+    act = select_groups(x, norm_w, w1, router_w, router_b, threshold, work, eps, group_size, mode)
     h = torch.empty(f, device=x.device, dtype=torch.float32)
     block_n, block_k = min(cfg.block_n, group_size), min(cfg.block_k, next_pow2(c))
-    code = w_fp8(fmt, w1, w1_scale)
+    code = w_fp8(w1)
     _gather_kernel[(f // block_n,)](
-        x, norm_w, w1, w3, *(s if s is not None else w1 for s in (w1_scale, w3_scale)), w1 if act is None else act,
-        work, h, c, w1.stride(0), eps, G=group_size, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=c % block_k == 0,
+        x, norm_w, w1.data, w3.data, scale_arg(w1), scale_arg(w3), w1.data if act is None else act,
+        work, h, c, w1.data.stride(0), eps, G=group_size, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=c % block_k == 0,
         W_FP8=code, GATE_GIVEN=mode == SparseMode.gate, num_warps=cfg.num_warps,
     )
     block_c = min(cfg.block_c, next_pow2(c))
@@ -155,7 +156,7 @@ def sparse_ffn(x, norm_w, w1, w3, w2t, router_w, router_b, threshold, work, eps,
     parts = torch.empty((cfg.splits, c), device=x.device, dtype=torch.float32)
     out = torch.empty_like(x)
     _scatter_kernel[(cfg.splits, cdiv(c, block_c))](
-        h, w2t, w1 if w2t_scale is None else w2t_scale, x, work, parts, out, c, w2t.stride(0), f // group_size,
+        h, w2t.data, scale_arg(w2t), x, work, parts, out, c, w2t.data.stride(0), f // group_size,
         G=group_size, SPLITS=cfg.splits, BLOCK_C=block_c, EVEN_C=c % block_c == 0, W_FP8=code,
         num_warps=cfg.scatter_warps,
     )

@@ -18,9 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import SparseMode, WeightFormat, sparse_work_size
+from llamafast.config import SparseMode, Weight, sparse_work_size
 
-from ._common import cdiv, check_rows, check_vector, next_pow2
+from ._common import cdiv, check_rows, check_vector, next_pow2, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 
 # (rows, C, bytes per weight) -> launch: the router (n groups x C) and, in gate mode, W1 (F x C; the program's
@@ -90,8 +90,7 @@ def _gate_kernel(
     _compact(work_ptr, n_groups, BLOCK_ALL)
 
 
-def select_groups(x, norm_w, w1, router_w, router_b, threshold, work, eps, group_size, mode, w1_scale=None,
-                  fmt=WeightFormat.float, configs=None):
+def select_groups(x, norm_w, w1: Weight, router_w, router_b, threshold, work, eps, group_size, mode, configs=None):
     """Fills work with this token's active groups (x (1, C)). Returns SiLU(gate) (F,) fp32 in gate mode, else None."""
     f, c = w1.shape
     n = f // group_size
@@ -99,7 +98,7 @@ def select_groups(x, norm_w, w1, router_w, router_b, threshold, work, eps, group
     check_vector("norm_w", norm_w, c)
     check_vector("threshold", threshold, 1)
     assert work.dtype == torch.int32 and work.numel() == sparse_work_size(n), "work: int32, sparse_work_size(n)"
-    table = configs or CONFIGS
+    table = CONFIGS if configs is None else configs
     common = {"BLOCK_ALL": next_pow2(n)}
     if mode == SparseMode.router:
         check_rows("router_w", router_w, c)
@@ -108,17 +107,17 @@ def select_groups(x, norm_w, w1, router_w, router_b, threshold, work, eps, group
         grid = cdiv(n, cfg.block_n)
         _router_kernel[(grid,)](
             x, norm_w, router_w, router_b, threshold, work, n, c, eps, **common,
-            **launch_args(cfg, router_w, None, WeightFormat.float),
+            **launch_args(cfg, Weight(router_w)),
         )
         return None
-    check_rows("w1", w1, c)
-    cfg = table.get((f, c, w1.element_size()), GATE_DEFAULT)
+    check_rows("w1", w1.data, c)
+    cfg = table.get((f, c, w1.data.element_size()), GATE_DEFAULT)
     block_n = max(group_size, cfg.block_n // group_size * group_size)  # whole groups per program
     act = torch.empty(f, device=x.device, dtype=torch.float32)
     grid = cdiv(f, block_n)
     _gate_kernel[(grid,)](
-        x, norm_w, w1, w1 if w1_scale is None else w1_scale, threshold, work, act,
-        f, c, w1.stride(0), eps, G=group_size, **common,
-        **launch_args(cfg, w1, w1_scale, fmt, block_n),
+        x, norm_w, w1.data, scale_arg(w1), threshold, work, act,
+        f, c, w1.data.stride(0), eps, G=group_size, **common,
+        **launch_args(cfg, w1, block_n),
     )
     return act

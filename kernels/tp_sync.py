@@ -23,9 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import WeightFormat
+from llamafast.config import Weight
 
-from ._common import cdiv, check_rows, check_vector
+from ._common import cdiv, check_rows, check_vector, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 from .linear_residual import CONFIGS as LINEAR_CONFIGS
 
@@ -141,20 +141,19 @@ def _wait_kernel(f_ptr, n):
     release_slot(f_ptr)
 
 
-def push_linear(x: torch.Tensor, w: torch.Tensor, w_scale, fmt: WeightFormat, peers: Peers, slot: int, residual,
-                configs=None) -> SummedInput:
+def push_linear(x: torch.Tensor, w: Weight, peers: Peers, slot: int, residual, configs=None) -> SummedInput:
     """This rank's x (1, K) @ w.T (w (C, K), this rank's columns of a row-parallel weight) pushed into row `rank`
     of parts[slot] on every rank; returns the input of the next fused kernel: residual + the sum over ranks."""
     n, k = w.shape
     check_vector("x", x, k)
-    check_rows("w", w, k)
+    check_rows("w", w.data, k)
     check_vector("residual", residual, n)
-    cfg = gemv_config(configs or CONFIGS or LINEAR_CONFIGS, w)
+    cfg = gemv_config(configs or CONFIGS or LINEAR_CONFIGS, w.data)
     c = peers.parts.shape[-1]
     _push_linear_kernel[(cdiv(n, cfg.block_n),)](
-        x, w, w if w_scale is None else w_scale, peers.parts_table, peers.flags_table, peers.counters[slot:],
-        n, k, w.stride(0), (slot * peers.world + peers.rank) * c, slot * 2,
-        WORLD=peers.world, SYS_TICKET=TICKET_SCOPE == "sys", **launch_args(cfg, w, w_scale, fmt),
+        x, w.data, scale_arg(w), peers.parts_table, peers.flags_table, peers.counters[slot:],
+        n, k, w.data.stride(0), (slot * peers.world + peers.rank) * c, slot * 2,
+        WORLD=peers.world, SYS_TICKET=TICKET_SCOPE == "sys", **launch_args(cfg, w),
     )
     return SummedInput(residual, peers.parts[slot], peers.flags[slot], torch.empty_like(residual))
 

@@ -11,8 +11,12 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from llamafast.errors import LlamafastError
+
+if TYPE_CHECKING:  # the CLI's option types are read before torch is imported
+    import torch
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,20 @@ class WeightFormat(str, Enum):
     def code(self) -> int:
         """The kernels' W_FP8 constexpr: 0 float, 1 E5M2, 2 E4M3."""
         return ("float", "fp8_e5m2", "fp8_e4m3").index(self.value)
+
+
+@dataclass(frozen=True, eq=False)
+class Weight:
+    """A linear weight as every op takes it: the tensor as stored (N, K), E4M3's fp32 per-row scales (None in
+    the other formats) and the format that says how to read them."""
+
+    data: torch.Tensor
+    scale: torch.Tensor | None = None
+    fmt: WeightFormat = WeightFormat.float
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.data.shape
 
 
 class FP8Format(str, Enum):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from llamafast.config import ModelConfig, SparseLayout, SparseMode, SparseRun, WeightFormat, sparse_work_size
+from llamafast.config import ModelConfig, SparseLayout, SparseMode, SparseRun, Weight, WeightFormat, sparse_work_size
 from llamafast.errors import LlamafastError
 
 if TYPE_CHECKING:
@@ -28,7 +28,12 @@ class _Linear(nn.Module):  # a named weight holder; the ops do the math
         super().__init__()
         self.weight = _weight(n_out, n_in)  # float, or int8 FP8 bit patterns (llamafast.quant)
         self.register_parameter("scale", None)  # (n_out,) fp32 for E4M3 weights
-        self.fmt = WeightFormat.float  # how weight is stored, set once by build() and passed to every op
+        self.fmt = WeightFormat.float  # how weight is stored, set once by build()
+
+    @property
+    def w(self) -> Weight:
+        """The weight as the ops take it."""
+        return Weight(self.weight, self.scale, self.fmt)
 
 
 class _Norm(nn.Module):
@@ -61,25 +66,24 @@ class FeedForward(nn.Module):
 
     def run_ffn(self, h, ops, norm_w, eps: float, sparse: SparseRun | None, group_size: int, comm=None, slot=0):
         """h + FFN(norm(h)): dense, or over the groups this token's router or gate picks."""
-        w1, w3 = self.w1, self.w3
+        w1, w3 = self.w1.w, self.w3.w
         if sparse is not None:
             router = (self.router.weight, self.router_bias) if sparse.mode == SparseMode.router else (None, None)
-            return ops.sparse_ffn(h, norm_w, w1.weight, w3.weight, self.w2t.weight, *router, self.threshold,
-                                  self.work, eps, group_size, sparse.mode, w1.scale, w3.scale, self.w2t.scale,
-                                  fmt=w1.fmt)
-        f = ops.rmsnorm_swiglu(h, norm_w, w1.weight, w3.weight, eps, w1.scale, w3.scale, fmt=w1.fmt)
+            return ops.sparse_ffn(h, norm_w, w1, w3, self.w2t.w, *router, self.threshold, self.work, eps, group_size,
+                                  sparse.mode)
+        f = ops.rmsnorm_swiglu(h, norm_w, w1, w3, eps)
         h = settled(h)
         if hasattr(self, "w2t"):
-            return ops.linear_residual_t(f, self.w2t.weight, h, self.w2t.scale, fmt=self.w2t.fmt)
-        return row_linear(ops, comm, f, self.w2, h, slot)  # (S, C)
+            return ops.linear_residual_t(f, self.w2t.w, h)
+        return row_linear(ops, comm, f, self.w2.w, h, slot)  # (S, C)
 
 
-def row_linear(ops, comm, x, linear: _Linear, residual, slot: int):
+def row_linear(ops, comm, x, w: Weight, residual, slot: int):
     """residual + x @ W.T, on one GPU; under tensor parallelism W is this rank's columns and comm sums the ranks'
     partials (tp/comm.py), possibly inside the next kernel (then the result is a pending sum)."""
     if comm is None:
-        return ops.linear_residual(x, linear.weight, residual, linear.scale, fmt=linear.fmt)
-    return comm.row_linear(ops, x, linear.weight, residual, linear.scale, linear.fmt, slot)
+        return ops.linear_residual(x, w, residual)
+    return comm.row_linear(ops, x, w, residual, slot)
 
 
 def settled(x):
@@ -99,11 +103,9 @@ class Block(nn.Module):
     def forward(self, x, pos, rope_cos, rope_sin, ops, eps: float, sparse: SparseRun | None = None, group: int = 0,
                 comm=None, index: int = 0):
         k_cache, v_cache = self.k_cache, self.v_cache  # (KVH, Smax, D) each, set up by Transformer.setup_cache
-        qkv, wo = self.attention.wqkv, self.attention.wo
-        q = ops.rmsnorm_qkv_rope(
-            x, self.attention_norm.weight, qkv.weight, rope_cos, rope_sin, pos, k_cache, v_cache, eps, qkv.scale,
-            fmt=qkv.fmt,
-        )  # (S, H, D); k and v went into the caches
+        wqkv, wo = self.attention.wqkv.w, self.attention.wo.w
+        q = ops.rmsnorm_qkv_rope(x, self.attention_norm.weight, wqkv, rope_cos, rope_sin, pos, k_cache, v_cache, eps)
+        # q (S, H, D); k and v went into the caches
         h = row_linear(ops, comm, ops.attention(q, k_cache, v_cache, pos), wo, settled(x), 2 * index)
         return self.feed_forward.run_ffn(h, ops, self.ffn_norm.weight, eps, sparse, group, comm, 2 * index + 1)
 
@@ -163,10 +165,9 @@ class Transformer(nn.Module):
         if not all_logits and tokens.shape[0] > 1:
             x = x[-1:] if last is None else x.index_select(0, last)
         head = self.backend.decode if not all_logits or tokens.shape[0] == 1 else ops  # one row: the decode GEMV
-        out = self.output
         if self.comm is not None:
-            return self.comm.lm_head(head, x, self.norm.weight, out.weight, eps, out.scale, out.fmt, 2 * len(self.layers))
-        return head.rmsnorm_lm_head(x, self.norm.weight, out.weight, eps, out.scale, fmt=out.fmt)
+            return self.comm.lm_head(head, x, self.norm.weight, self.output.w, eps, 2 * len(self.layers))
+        return head.rmsnorm_lm_head(x, self.norm.weight, self.output.w, eps)
 
     @property
     def world(self) -> int:

@@ -3,8 +3,8 @@
 Legend: S seq (tokens in this call), Smax cache length, H heads, KVH kv heads, D head_dim, C dim,
 F hidden, V vocab. Each fused Triton kernel has the same signature and is tested against these.
 Norms are computed in fp32 and matmuls accumulate in fp32 (cuBLAS does for bf16/fp16).
-FP8 weights (int8 bit patterns, E4M3 with a per-row scale; fmt says which) are dequantized to the activation
-dtype first.
+Linear weights come as config.Weight values; FP8 ones (int8 bit patterns, E4M3 with a per-row scale; the
+value's fmt says which) are dequantized to the activation dtype first.
 Bytes are for one decode step (S=1) at Llama-2-7B in bf16.
 """
 
@@ -13,10 +13,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from llamafast.config import SparseMode, WeightFormat
+from llamafast.config import SparseMode, Weight
 from llamafast.quant import dequantize
 
-FLOAT = WeightFormat.float
+
+def dense(w: Weight, dtype: torch.dtype) -> torch.Tensor:
+    """w's values in dtype (N, K)."""
+    return dequantize(w.data, w.scale, dtype, w.fmt).to(dtype)
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -32,7 +35,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2).to(x.dtype)
 
 
-def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv_scale=None, fmt=FLOAT):
+def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, eps):
     """q = rope(norm(x) @ wq.T); k, v likewise (no rope on v) are written into the caches at pos.
 
     x (S, C); norm_w (C,); wqkv (H*D + 2*KVH*D, C); cos, sin (Smax, D/2) fp32 tables;
@@ -42,7 +45,7 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv
     S = x.shape[0]
     KVH, _, D = k_cache.shape
     positions = pos + torch.arange(S, device=x.device)  # (S,)
-    qkv = rmsnorm(x, norm_w, eps) @ dequantize(wqkv, wqkv_scale, x.dtype, fmt).T  # (S, H*D + 2*KVH*D)
+    qkv = rmsnorm(x, norm_w, eps) @ dense(wqkv, x.dtype).T  # (S, H*D + 2*KVH*D)
     q, k, v = qkv.split([qkv.shape[1] - 2 * KVH * D, KVH * D, KVH * D], dim=1)
     c, s = cos[positions], sin[positions]  # (S, D/2)
     q = rope(q.unflatten(1, (-1, D)), c, s)  # (S, H, D)
@@ -68,20 +71,20 @@ def attention(q, k_cache, v_cache, pos):
     return out[0].transpose(0, 1).reshape(S, H * D)
 
 
-def linear_residual(x, w, residual, w_scale=None, fmt=FLOAT):
+def linear_residual(x, w: Weight, residual):
     """residual + x @ w.T: the output projection (wo, 32 MB) and down projection (w2, 90 MB) at 7B."""
-    return residual + x @ dequantize(w, w_scale, x.dtype, fmt).T
+    return residual + x @ dense(w, x.dtype).T
 
 
-def rmsnorm_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None, fmt=FLOAT):
+def rmsnorm_swiglu(x, norm_w, w1: Weight, w3: Weight, eps):
     """silu(norm(x) @ w1.T) * (norm(x) @ w3.T). x (S, C); w1, w3 (F, C) -> (S, F). Reads 180 MB at 7B."""
     h = rmsnorm(x, norm_w, eps)
-    return F.silu(h @ dequantize(w1, w1_scale, x.dtype, fmt).T) * (h @ dequantize(w3, w3_scale, x.dtype, fmt).T)
+    return F.silu(h @ dense(w1, x.dtype).T) * (h @ dense(w3, x.dtype).T)
 
 
-def rmsnorm_lm_head(x, norm_w, w, eps, w_scale=None, fmt=FLOAT):
+def rmsnorm_lm_head(x, norm_w, w: Weight, eps):
     """Final norm and LM head: logits (S, V) in fp32. w (V, C): 262 MB at 7B."""
-    return (rmsnorm(x, norm_w, eps) @ dequantize(w, w_scale, x.dtype, fmt).T).float()
+    return (rmsnorm(x, norm_w, eps) @ dense(w, x.dtype).T).float()
 
 
 # The sparse FFN (llamafast/sparse/ builds its parts). Groups of G neurons are contiguous rows of w1 and w3
@@ -89,39 +92,40 @@ def rmsnorm_lm_head(x, norm_w, w, eps, w_scale=None, fmt=FLOAT):
 # same numbers as w2's per-row scales. work is the kernels' int32 scratch (config.sparse_work_size); the
 # reference fills the same counters.
 
-def linear_residual_t(x, w2t, residual, w2t_scale=None, fmt=FLOAT):
+def linear_residual_t(x, w2t: Weight, residual):
     """residual + x @ w2t for a transposed weight (F, C): the dense down projection of a sparsified model."""
-    return residual + x @ dequantize_t(w2t, w2t_scale, x.dtype, fmt)
+    return residual + x @ dense_t(w2t, x.dtype)
 
 
-def dequantize_t(w2t, scale, dtype, fmt):
-    return dequantize(w2t.t(), scale, dtype, fmt).t()
+def dense_t(w2t: Weight, dtype: torch.dtype) -> torch.Tensor:
+    """A transposed weight's values (F, C); its E4M3 scales are per column."""
+    return dequantize(w2t.data.t(), w2t.scale, dtype, w2t.fmt).t()
 
 
-def select_groups(h, w1, router_w, router_b, threshold, group_size, mode, w1_scale=None, fmt=FLOAT):
+def select_groups(h, w1: Weight, router_w, router_b, threshold, group_size, mode):
     """(active groups (S, n) bool, SiLU(gate) (S, F) or None) for the normed input h (S, C) in the model dtype.
     router: sigmoid(h @ router_w.T + router_b) > threshold. gate: sum over the group of |SiLU(h @ w1.T)| >
     threshold (the gate is then already computed)."""
     if mode == SparseMode.router:
         scores = torch.sigmoid((h @ router_w.T).float() + router_b)
         return scores > threshold, None
-    act = F.silu(h @ dequantize(w1, w1_scale, h.dtype, fmt).T)
+    act = F.silu(h @ dense(w1, h.dtype).T)
     mass = act.float().abs().unflatten(-1, (-1, group_size)).sum(-1)
     return mass > threshold, act
 
 
-def sparse_ffn(x, norm_w, w1, w3, w2t, router_w, router_b, threshold, work, eps, group_size, mode,
-               w1_scale=None, w3_scale=None, w2t_scale=None, fmt=FLOAT):
+def sparse_ffn(x, norm_w, w1: Weight, w3: Weight, w2t: Weight, router_w, router_b, threshold, work, eps, group_size,
+               mode):
     """x + the FFN of norm(x) over the active groups only: x (S, C) -> (S, C), summed in fp32."""
     dtype = x.dtype
     h = rmsnorm(x, norm_w, eps)
-    active, act = select_groups(h, w1, router_w, router_b, threshold, group_size, mode, w1_scale, fmt)
+    active, act = select_groups(h, w1, router_w, router_b, threshold, group_size, mode)
     if act is None:
-        act = F.silu(h @ dequantize(w1, w1_scale, dtype, fmt).T)
+        act = F.silu(h @ dense(w1, dtype).T)
     keep = active.repeat_interleave(group_size, dim=-1)
-    f = act * (h @ dequantize(w3, w3_scale, dtype, fmt).T) * keep
+    f = act * (h @ dense(w3, dtype).T) * keep
     _count(work, active)
-    return (x.float() + (f @ dequantize_t(w2t, w2t_scale, dtype, fmt)).float()).to(x.dtype)
+    return (x.float() + (f @ dense_t(w2t, dtype)).float()).to(x.dtype)
 
 
 def _count(work, active):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from llamafast.config import WeightFormat
+from llamafast.config import Weight
 
 from .._common import check_rows, check_vector
 from .rmsnorm_rows import rmsnorm_rows
@@ -26,23 +26,23 @@ CONFIGS: dict[int, TileConfig] = {
 }
 
 
-def prefill_linear_residual(x, w, residual, w_scale=None, fmt=WeightFormat.float, configs=None):
+def prefill_linear_residual(x, w: Weight, residual, configs=None):
     """Same contract as llamafast.reference.linear_residual: x (M, K), residual (M, N) -> (M, N)."""
     m, k = x.shape
     check_rows("x", x, k)
-    check_rows("w", w, k)
+    check_rows("w", w.data, k)
     assert residual.shape == (m, w.shape[0]) and residual.is_contiguous(), "residual: (M, N) contiguous"
     out = torch.empty_like(residual)
-    matmul(x, w, w_scale, fmt, residual, out, configs or CONFIGS)
+    matmul(x, w, residual, out, configs or CONFIGS)
     return out
 
 
-def prefill_lm_head(x, norm_w, w, eps, w_scale=None, fmt=WeightFormat.float, configs=None):
+def prefill_lm_head(x, norm_w, w: Weight, eps, configs=None):
     """Same contract as llamafast.reference.rmsnorm_lm_head: x (M, C) -> logits (M, V) in fp32."""
     m, c = x.shape
     check_rows("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_rows("w", w, c)
+    check_rows("w", w.data, c)
     out = torch.empty((m, w.shape[0]), device=x.device, dtype=torch.float32)
-    matmul(rmsnorm_rows(x, norm_w, eps), w, w_scale, fmt, None, out, configs or CONFIGS)
+    matmul(rmsnorm_rows(x, norm_w, eps), w, None, out, configs or CONFIGS)
     return out

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import WeightFormat
+from llamafast.config import Weight
 
 from .._common import check_rows, check_vector, next_pow2
 from .launcher import Launcher
@@ -73,8 +73,7 @@ def _rotate(even_ptrs, pair, mask, cos_ptr, sin_ptr, position, HEAD_DIM: tl.cons
     return a * cos - b * sin, a * sin + b * cos
 
 
-def prefill_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv_scale=None, fmt=WeightFormat.float,
-                     configs=None):
+def prefill_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, eps, configs=None):
     """Same contract as llamafast.reference.rmsnorm_qkv_rope: x (M, C) -> q (M, H, D); caches written at pos.."""
     m, c = x.shape
     n, _ = wqkv.shape
@@ -82,11 +81,11 @@ def prefill_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, wqkv
     qd, kvd = n - 2 * kvh * d, kvh * d
     check_rows("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_rows("wqkv", wqkv, c)
+    check_rows("wqkv", wqkv.data, c)
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "k and v caches: same layout, D contiguous"
     assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
     qkv = torch.empty((m, n), device=x.device, dtype=x.dtype)
-    matmul(rmsnorm_rows(x, norm_w, eps), wqkv, wqkv_scale, fmt, None, qkv, configs or CONFIGS)
+    matmul(rmsnorm_rows(x, norm_w, eps), wqkv, None, qkv, configs or CONFIGS)
     q = torch.empty((m, qd // d, d), device=x.device, dtype=x.dtype)
     _ROPE_SCATTER[(m,)](
         qkv, q, k_cache, v_cache, cos, sin, pos, qd, kvd, k_cache.stride(0), k_cache.stride(1), HEAD_DIM=d,

@@ -14,9 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import WeightFormat
+from llamafast.config import Weight
 
-from .._common import check_rows, check_vector, w_fp8
+from .._common import check_rows, check_vector, scale_arg, w_fp8
 from .launcher import Launcher
 from .rmsnorm_rows import rmsnorm_rows
 from .tiles import TileConfig, dot_tiles, launch, operands, row_scale, tile_config, tile_offsets
@@ -50,23 +50,23 @@ def _prefill_swiglu_kernel(
 _SWIGLU = Launcher(_prefill_swiglu_kernel)
 
 
-def prefill_swiglu(x, norm_w, w1, w3, eps, w1_scale=None, w3_scale=None, fmt=WeightFormat.float, configs=None):
+def prefill_swiglu(x, norm_w, w1: Weight, w3: Weight, eps, configs=None):
     """Same contract as llamafast.reference.rmsnorm_swiglu: x (M, C) -> (M, F)."""
     m, c = x.shape
     f = w1.shape[0]
     check_rows("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_rows("w1", w1, c)
-    assert w3.shape == w1.shape and w3.stride() == w1.stride(), "w1 and w3: same shape and layout"
+    check_rows("w1", w1.data, c)
+    assert w3.shape == w1.shape and w3.data.stride() == w1.data.stride(), "w1 and w3: same shape and layout"
+    assert w3.fmt == w1.fmt, "w1 and w3: the same weight format"
     out = torch.empty((m, f), device=x.device, dtype=x.dtype)
     h = rmsnorm_rows(x, norm_w, eps)
     cfg = tile_config(configs or CONFIGS, m, c, x.element_size())
     run = launch(cfg, m, f)
-    (a, w1t, w3t), tma = operands(h, [w1, w3], cfg)
+    (a, w1t, w3t), tma = operands(h, [w1.data, w3.data], cfg)
     _SWIGLU[run["grid"]](
-        a, w1t, w3t, w1 if w1_scale is None else w1_scale, w3 if w3_scale is None else w3_scale, out,
-        m, f, c, h.stride(0), w1.stride(0),
-        EVEN_K=c % cfg.block_k == 0, W_FP8=w_fp8(fmt, w1, w1_scale), FP32=x.dtype == torch.float32, TMA=tma,
+        a, w1t, w3t, scale_arg(w1), scale_arg(w3), out, m, f, c, h.stride(0), w1.data.stride(0),
+        EVEN_K=c % cfg.block_k == 0, W_FP8=w_fp8(w1), FP32=x.dtype == torch.float32, TMA=tma,
         **run["meta"],
     )
     return out

@@ -16,9 +16,9 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import WeightFormat
+from llamafast.config import Weight
 
-from .._common import INTERPRET, cdiv, decode_weights, dot_dim, w_fp8
+from .._common import INTERPRET, cdiv, decode_weights, dot_dim, scale_arg, w_fp8
 from .launcher import Launcher
 
 
@@ -212,14 +212,14 @@ def _prefill_linear_kernel(
 _LINEAR = Launcher(_prefill_linear_kernel)
 
 
-def matmul(x, w, w_scale, fmt: WeightFormat, residual, out, configs: dict[int, TileConfig]) -> None:
+def matmul(x, w: Weight, residual, out, configs: dict[int, TileConfig]) -> None:
     """out = x @ w.T (+ residual): the tiled loop with a plain epilogue, launched from the table `configs`."""
     (m, k), n = x.shape, w.shape[0]
     cfg = tile_config(configs, m, k, x.element_size())
     run = launch(cfg, m, n)
-    (a, wt), tma = operands(x, [w], cfg)
+    (a, wt), tma = operands(x, [w.data], cfg)
     _LINEAR[run["grid"]](
-        a, wt, w if w_scale is None else w_scale, out if residual is None else residual, out, m, n, k, x.stride(0),
-        w.stride(0), RESIDUAL=residual is not None, EVEN_K=k % cfg.block_k == 0, W_FP8=w_fp8(fmt, w, w_scale),
+        a, wt, scale_arg(w), out if residual is None else residual, out, m, n, k, x.stride(0),
+        w.data.stride(0), RESIDUAL=residual is not None, EVEN_K=k % cfg.block_k == 0, W_FP8=w_fp8(w),
         FP32=x.dtype == torch.float32, TMA=tma, **run["meta"],
     )

@@ -18,7 +18,7 @@ from llamafast.model import rope_tables
 from llamafast.quant import FP8Format
 
 from llamafast.measure.registry import (
-    Inputs, cache, fmt_of, lm_head_inputs, norm_inputs, rand, residual_inputs, swiglu_inputs, weight,
+    Inputs, cache, lm_head_inputs, norm_inputs, rand, residual_inputs, swiglu_inputs, weight,
 )
 from llamafast.kernels import flash_attention, prefill_linear_residual, prefill_lm_head, prefill_qkv_rope, prefill_swiglu
 
@@ -41,11 +41,10 @@ def _cache_len(m: int, pos: int) -> int:
 def _qkv_inputs(c: ModelConfig, dtype, device, m, pos, fp8=None):
     smax = _cache_len(m, pos)
     cos, sin = rope_tables(c.head_dim, smax, c.rope_theta, device, c.rope_scaling, c.rope_freq_factors)
-    w, s = weight(c.qkv_dim, c.dim, dtype, device, fp8)
+    w = weight(c.qkv_dim, c.dim, dtype, device, fp8)
     caches = [cache(c, dtype, device, smax) for _ in range(2)]
     position = torch.tensor(pos, device=device)
-    return (*norm_inputs(c, dtype, device, m), w, cos, sin, position, *caches, c.norm_eps), {
-        "wqkv_scale": s, "fmt": fmt_of(fp8)}
+    return (*norm_inputs(c, dtype, device, m), w, cos, sin, position, *caches, c.norm_eps), {}
 
 
 def _attention_inputs(c: ModelConfig, dtype, device, m, pos, fp8=None):

@@ -2,8 +2,8 @@
 
 Tests and `llamafast bench --kernels` both take their inputs from here, so the benchmark times exactly
 what the tests check. Inputs are random (never zeros) and the position is the last of `context` tokens.
-With fp8 set, the weights are quantized (llamafast.quant) and their scales passed as keyword arguments;
-the reference then dequantizes the very same weights.
+With fp8 set, the weights are quantized (llamafast.quant) into config.Weight values with their scales; the
+reference then dequantizes the very same weights.
 Legend: C dim, N rows, H heads, KVH kv heads, D head_dim, F hidden, V vocab, L context.
 """
 
@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from llamafast import reference
-from llamafast.config import ModelConfig, SparseLayout, SparseMode, WeightFormat, default_group_size, sparse_work_size
+from llamafast.config import (
+    ModelConfig, SparseLayout, SparseMode, Weight, default_group_size, sparse_work_size,
+)
 from llamafast.model import rope_tables
 from llamafast.quant import FP8Format, quantize
 
@@ -23,7 +25,7 @@ from llamafast.kernels import (
     decode_attention, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope, rmsnorm_swiglu, sparse_ffn,
 )
 
-Inputs = tuple[tuple, dict]  # positional arguments, keyword arguments (FP8 scales)
+Inputs = tuple[tuple, dict]  # positional arguments, keyword arguments
 
 
 @dataclass(frozen=True)
@@ -41,17 +43,13 @@ def rand(*shape, dtype, device, scale=1.0):
     return (torch.randn(shape, device=device, dtype=torch.float32) * scale).to(dtype)
 
 
-def weight(n, k, dtype, device, fp8):
-    """(weight, E4M3 scale or None): float, or FP8 bit patterns in int8."""
+def weight(n, k, dtype, device, fp8) -> Weight:
+    """A random (n, k) weight: float, or FP8 bit patterns in int8 (E4M3 with its row scales)."""
     w = rand(n, k, dtype=dtype, device=device, scale=k**-0.5)
     if fp8 is None:
-        return w, None
+        return Weight(w)
     q, scale, _ = quantize(w, fp8)
-    return q, scale
-
-
-def fmt_of(fp8: FP8Format | None) -> WeightFormat:
-    return fp8.format if fp8 else WeightFormat.float
+    return Weight(q, scale, fp8.format)
 
 
 def norm_inputs(c: ModelConfig, dtype, device, rows: int = 1):
@@ -65,9 +63,9 @@ def cache(c: ModelConfig, dtype, device, context: int):
 def _qkv_inputs(c: ModelConfig, dtype, device, context, fp8=None):
     cos, sin = rope_tables(c.head_dim, context, c.rope_theta, device, c.rope_scaling, c.rope_freq_factors)
     pos = torch.tensor(context - 1, device=device)
-    w, s = weight(c.qkv_dim, c.dim, dtype, device, fp8)
+    w = weight(c.qkv_dim, c.dim, dtype, device, fp8)
     caches = cache(c, dtype, device, context), cache(c, dtype, device, context)
-    return (*norm_inputs(c, dtype, device), w, cos, sin, pos, *caches, c.norm_eps), {"wqkv_scale": s, "fmt": fmt_of(fp8)}
+    return (*norm_inputs(c, dtype, device), w, cos, sin, pos, *caches, c.norm_eps), {}
 
 
 def _attention_inputs(c: ModelConfig, dtype, device, context, fp8=None):
@@ -81,20 +79,19 @@ def residual_inputs(n_in: Callable[[ModelConfig], int]):
     def make(c: ModelConfig, dtype, device, context, fp8=None, rows: int = 1):
         k = n_in(c)
         x, res = rand(rows, k, dtype=dtype, device=device), rand(rows, c.dim, dtype=dtype, device=device)
-        w, s = weight(c.dim, k, dtype, device, fp8)
-        return (x, w, res), {"w_scale": s, "fmt": fmt_of(fp8)}
+        return (x, weight(c.dim, k, dtype, device, fp8), res), {}
 
     return make
 
 
 def swiglu_inputs(c: ModelConfig, dtype, device, context, fp8=None, rows: int = 1):
-    (w1, s1), (w3, s3) = (weight(c.hidden_dim, c.dim, dtype, device, fp8) for _ in range(2))
-    return (*norm_inputs(c, dtype, device, rows), w1, w3, c.norm_eps), {"w1_scale": s1, "w3_scale": s3, "fmt": fmt_of(fp8)}
+    w1, w3 = (weight(c.hidden_dim, c.dim, dtype, device, fp8) for _ in range(2))
+    return (*norm_inputs(c, dtype, device, rows), w1, w3, c.norm_eps), {}
 
 
 def lm_head_inputs(c: ModelConfig, dtype, device, context, fp8=None, rows: int = 1):
-    w, s = weight(c.vocab_size, c.dim, dtype, device, fp8)
-    return (*norm_inputs(c, dtype, device, rows), w, c.norm_eps), {"w_scale": s, "fmt": fmt_of(fp8)}
+    w = weight(c.vocab_size, c.dim, dtype, device, fp8)
+    return (*norm_inputs(c, dtype, device, rows), w, c.norm_eps), {}
 
 
 # The sparse FFN at half of its groups skipped, groups of config.default_group_size: router mode with
@@ -109,11 +106,11 @@ def sparse_inputs(mode: SparseMode):
 
         (x, norm_w), f, g = norm_inputs(c, dtype, device), c.hidden_dim, default_group_size(c.hidden_dim)
         n = f // g
-        (w1, s1), (w3, s3) = (weight(f, c.dim, dtype, device, fp8) for _ in range(2))
+        w1, w3 = (weight(f, c.dim, dtype, device, fp8) for _ in range(2))
         w2 = rand(c.dim, f, dtype=dtype, device=device, scale=f**-0.5)
-        w2t, s2 = (w2.t().contiguous(), None) if fp8 is None else _transposed_fp8(w2, fp8)
+        w2t = Weight(w2.t().contiguous()) if fp8 is None else transposed_fp8(w2, fp8)
         layout = SparseLayout(g, (0.0, SPARSE_SKIP))
-        w1f = reference.dequantize(w1, s1, torch.float32, fmt_of(fp8)).float()
+        w1f = reference.dense(w1, torch.float32)
         parts = exact_parts(c, layout, dtype, device, torch.Generator(device=device).manual_seed(0), w1f, norm_w)
         thr = parts["thresholds"][0, 1:].clone()
         if mode == SparseMode.gate:
@@ -122,14 +119,14 @@ def sparse_inputs(mode: SparseMode):
             thr = ((mass[n // 2 - 1] + mass[n // 2]) / 2).reshape(1)
         work = torch.zeros(sparse_work_size(n), dtype=torch.int32, device=device)
         args = (x, norm_w, w1, w3, w2t, parts["router.weight"], parts["router_bias"], thr, work, c.norm_eps, g, mode)
-        return args, {"w1_scale": s1, "w3_scale": s3, "w2t_scale": s2, "fmt": fmt_of(fp8)}
+        return args, {}
 
     return make
 
 
-def _transposed_fp8(w2, fp8):
+def transposed_fp8(w2, fp8) -> Weight:
     q, scale, _ = quantize(w2, fp8)  # per output channel: per column of w2t
-    return q.t().contiguous(), scale
+    return Weight(q.t().contiguous(), scale, fp8.format)
 
 
 def _sparse_bytes(mode: SparseMode):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from llamafast.config import TPComm
+from llamafast.config import TPComm, Weight
 from llamafast.errors import LlamafastError
 from llamafast.tp.dist import Ranks
 
@@ -29,15 +29,15 @@ class NcclComm:
         self.ranks, self.vocab_sharded = ranks, vocab_sharded
         self.rank, self.world, self.group = ranks.shard.rank, ranks.shard.world, ranks.group
 
-    def row_linear(self, ops, x, w, residual, scale, fmt, slot: int):
+    def row_linear(self, ops, x, w: Weight, residual, slot: int):
         """residual + sum over ranks of x_r @ w_r.T: this rank's partial, the residual added on rank 0 only."""
-        out = ops.linear_residual(x, w, residual if self.rank == 0 else torch.zeros_like(residual), scale, fmt=fmt)
+        out = ops.linear_residual(x, w, residual if self.rank == 0 else torch.zeros_like(residual))
         dist.all_reduce(out, group=self.group)
         return out
 
-    def lm_head(self, ops, x, norm_w, w, eps, scale, fmt, slot: int):
+    def lm_head(self, ops, x, norm_w, w: Weight, eps, slot: int):
         """The whole (S, V) logits on every rank: this rank's vocabulary rows, gathered."""
-        logits = ops.rmsnorm_lm_head(x, norm_w, w, eps, scale, fmt=fmt)
+        logits = ops.rmsnorm_lm_head(x, norm_w, w, eps)
         if not self.vocab_sharded:
             return logits
         parts = [torch.empty_like(logits) for _ in range(self.world)]
@@ -52,20 +52,19 @@ class SymmComm(NcclComm):
         super().__init__(ranks, vocab_sharded)
         self.peers = symmetric_peers(ranks, 2 * n_layers + 1, dim, vocab if vocab_sharded else 0)
 
-    def row_linear(self, ops, x, w, residual, scale, fmt, slot: int):
+    def row_linear(self, ops, x, w: Weight, residual, slot: int):
         if x.shape[0] > 1:
-            return super().row_linear(ops, x, w, residual, scale, fmt, slot)
+            return super().row_linear(ops, x, w, residual, slot)
         from llamafast.kernels.tp_sync import push_linear
 
-        return push_linear(x, w, scale, fmt, self.peers, slot, residual)
+        return push_linear(x, w, self.peers, slot, residual)
 
-    def lm_head(self, ops, x, norm_w, w, eps, scale, fmt, slot: int):
+    def lm_head(self, ops, x, norm_w, w: Weight, eps, slot: int):
         if x.shape[0] > 1 or not self.vocab_sharded:
-            return super().lm_head(ops, x, norm_w, w, eps, scale, fmt, slot)
-        from llamafast.kernels.rmsnorm_lm_head import rmsnorm_lm_head
+            return super().lm_head(ops, x, norm_w, w, eps, slot)
         from llamafast.kernels.tp_sync import wait_logits
 
-        rmsnorm_lm_head(x, norm_w, w, eps, scale, fmt=fmt, push=(self.peers, slot))
+        ops.rmsnorm_lm_head(x, norm_w, w, eps, push=(self.peers, slot))  # the triton kernel, the model's launches
         return wait_logits(self.peers, slot)
 
 

@@ -11,9 +11,8 @@ import torch
 from llamafast.kernels import sparse_ffn
 
 from llamafast import reference
-from llamafast.measure.registry import fmt_of, rand, weight
-from llamafast.config import MODEL_CONFIGS, ModelConfig, SparseMode, sparse_work_size
-from llamafast.quant import quantize
+from llamafast.measure.registry import rand, transposed_fp8, weight
+from llamafast.config import MODEL_CONFIGS, ModelConfig, SparseMode, Weight, sparse_work_size
 
 from .common import DEVICE, FP8, ON_GPU, tolerance
 
@@ -30,20 +29,15 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 def inputs(c: ModelConfig, g: int, dtype, fp8, mode, threshold):
     f, n = c.hidden_dim, c.hidden_dim // g
     x, norm_w = rand(1, c.dim, dtype=dtype, device=DEVICE), rand(c.dim, dtype=dtype, device=DEVICE, scale=0.2) + 1
-    (w1, s1), (w3, s3) = (weight(f, c.dim, dtype, DEVICE, fp8) for _ in range(2))
+    w1, w3 = (weight(f, c.dim, dtype, DEVICE, fp8) for _ in range(2))
     w2 = rand(c.dim, f, dtype=dtype, device=DEVICE, scale=f**-0.5)
-    w2t, s2 = (w2.t().contiguous(), None) if fp8 is None else _quantized_t(w2, fp8)
+    w2t = Weight(w2.t().contiguous()) if fp8 is None else transposed_fp8(w2, fp8)
     router_w = rand(n, c.dim, dtype=dtype, device=DEVICE, scale=c.dim**-0.5)
     router_b = torch.randn(n, device=DEVICE) * 0.5
     work = torch.zeros(sparse_work_size(n), dtype=torch.int32, device=DEVICE)
     thr = torch.tensor([threshold], device=DEVICE, dtype=torch.float32)
     args = (x, norm_w, w1, w3, w2t, router_w, router_b, thr, work, c.norm_eps, g, mode)
-    return args, {"w1_scale": s1, "w3_scale": s3, "w2t_scale": s2, "fmt": fmt_of(fp8)}
-
-
-def _quantized_t(w2, fp8):
-    q, scale, _ = quantize(w2, fp8)  # per output row of w2 = per column of w2t
-    return q.t().contiguous(), scale
+    return args, {}
 
 
 def scores(args, kw):
@@ -53,7 +47,7 @@ def scores(args, kw):
     h = xf * torch.rsqrt(xf.pow(2).mean() + eps) * norm_w.float()
     if mode == SparseMode.router:
         return torch.sigmoid(h @ router_w.float().T + router_b)[0]
-    w = reference.dequantize(w1, kw["w1_scale"], torch.float32, kw["fmt"]).float()
+    w = reference.dense(w1, torch.float32)
     return torch.nn.functional.silu(h @ w.T)[0].abs().unflatten(0, (-1, g)).sum(-1)
 
 
@@ -61,7 +55,7 @@ def run(args, kw):
     work = args[8]
     out = sparse_ffn(*args, **kw)
     count = int(work[0])
-    n = args[2].shape[0] // args[10]
+    n = args[2].shape[0] // args[10]  # w1's rows / group size
     active = torch.zeros(n, dtype=torch.bool, device=DEVICE)
     active[work[4 : 4 + count].long()] = True
     return out, active
@@ -114,9 +108,8 @@ def test_every_group_is_the_dense_ffn(config, g, fp8):
     out, active = run(args, kw)
     assert active.all()
     x, norm_w, w1, w3, w2t, *_ = args
-    eps, fmt = args[9], kw["fmt"]
-    f = reference.rmsnorm_swiglu(x, norm_w, w1, w3, eps, kw["w1_scale"], kw["w3_scale"], fmt=fmt)
-    dense = reference.linear_residual_t(f, w2t, x, kw["w2t_scale"], fmt=fmt)
+    f = reference.rmsnorm_swiglu(x, norm_w, w1, w3, args[9])
+    dense = reference.linear_residual_t(f, w2t, x)
     torch.testing.assert_close(out, dense, **tolerance(dtype))
 
 

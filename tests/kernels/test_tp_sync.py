@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from llamafast import reference
-from llamafast.config import WeightFormat
+from llamafast.config import Weight
 
 from .common import DEVICE, tolerance
 
@@ -23,7 +23,6 @@ from kernels.tp_sync import Peers, push_linear, wait_logits  # noqa: E402
 SHAPES = [pytest.param((96, 48, 100, 1000), id="odd"),
           pytest.param((4096, 2048, 5504, 32000), id="llama-2-7b-tp2", marks=pytest.mark.gpu)]
 DTYPES = [torch.float32, torch.bfloat16]
-FLOAT = WeightFormat.float
 
 
 def simulated_peers(world: int, slots: int, c: int, v: int) -> list[Peers]:
@@ -37,6 +36,9 @@ def simulated_peers(world: int, slots: int, c: int, v: int) -> list[Peers]:
     return [Peers(r, world, table(parts), table(flags), parts[r], flags[r],
                   torch.zeros(slots, dtype=torch.int32, device=DEVICE), table(logits), logits[r])
             for r in range(world)]
+
+
+W = Weight
 
 
 def rand(*shape, dtype, scale=1.0):
@@ -61,23 +63,24 @@ def test_pushed_sums_feed_the_next_kernels(shape, dtype, world):
     head = [rand(v // world, c, dtype=dtype, scale=c ** -0.5) for _ in range(world)]
     g, eps = rand(c, dtype=dtype) + 1, 1e-5
 
-    pending = [push_linear(attn[r], wo[r], None, FLOAT, peers[r], 0, x) for r in range(world)]
-    ff = [rmsnorm_swiglu(pending[r], g, w1[r], w3[r], eps) for r in range(world)]
-    pending2 = [push_linear(ff[r], w2[r], None, FLOAT, peers[r], 1, pending[r].summed) for r in range(world)]
+    pending = [push_linear(attn[r], W(wo[r]), peers[r], 0, x) for r in range(world)]
+    ff = [rmsnorm_swiglu(pending[r], g, W(w1[r]), W(w3[r]), eps) for r in range(world)]
+    pending2 = [push_linear(ff[r], W(w2[r]), peers[r], 1, pending[r].summed) for r in range(world)]
     for r in range(world):
-        assert rmsnorm_lm_head(pending2[r], g, head[r], eps, push=(peers[r], 2)) is None
+        assert rmsnorm_lm_head(pending2[r], g, W(head[r]), eps, push=(peers[r], 2)) is None
     logits = [wait_logits(peers[r], 2) for r in range(world)]
 
     # Each stage against one GPU's arithmetic on the unsharded weights, from the same inputs, in fp32 (so that
     # the bf16 tolerance covers the kernel's own rounding, not the reference's rounded intermediates too).
     def ref(fn, *args):
-        return fn(*[t.float() if torch.is_tensor(t) else t for t in args]).to(dtype if fn is not rmsnorm_lm_ref else torch.float32)
+        return fn(*[W(t.data.float()) if isinstance(t, Weight) else t.float() if torch.is_tensor(t) else t
+                    for t in args]).to(dtype if fn is not rmsnorm_lm_ref else torch.float32)
 
     rmsnorm_lm_ref = reference.rmsnorm_lm_head
-    h_ref = ref(reference.linear_residual, torch.cat(attn, 1), torch.cat(wo, 1), x)
-    ff_ref = [ref(reference.rmsnorm_swiglu, pending[0].summed, g, w1[r], w3[r], eps) for r in range(world)]
-    out_ref = ref(reference.linear_residual, torch.cat(ff, 1), torch.cat(w2, 1), pending[0].summed)
-    logits_ref = ref(rmsnorm_lm_ref, pending2[0].summed, g, torch.cat(head), eps)
+    h_ref = ref(reference.linear_residual, torch.cat(attn, 1), W(torch.cat(wo, 1)), x)
+    ff_ref = [ref(reference.rmsnorm_swiglu, pending[0].summed, g, W(w1[r]), W(w3[r]), eps) for r in range(world)]
+    out_ref = ref(reference.linear_residual, torch.cat(ff, 1), W(torch.cat(w2, 1)), pending[0].summed)
+    logits_ref = ref(rmsnorm_lm_ref, pending2[0].summed, g, W(torch.cat(head)), eps)
 
     tol = tolerance(dtype)
     for r in range(world):
@@ -101,13 +104,12 @@ def test_qkv_consumer_sums_and_replays(dtype):
     for step in range(2):
         x, f = rand(1, c, dtype=dtype), rand(1, 2 * 16, dtype=dtype)
         w = [rand(c, 16, dtype=dtype, scale=0.2) for _ in range(world)]
-        pending = [push_linear(f[:, 16 * r:16 * (r + 1)].contiguous(), w[r], None, FLOAT, peers[r], 0, x)
-                   for r in range(world)]
+        pending = [push_linear(f[:, 16 * r:16 * (r + 1)].contiguous(), W(w[r]), peers[r], 0, x) for r in range(world)]
         pos = torch.tensor(step, device=DEVICE)
         caches = [torch.zeros(1, smax, d, dtype=dtype, device=DEVICE) for _ in range(4)]
-        q = rmsnorm_qkv_rope(pending[0], g, wqkv, cos, sin, pos, caches[0], caches[1], 1e-5)
-        h = reference.linear_residual(f, torch.cat(w, 1), x)
-        q_ref = reference.rmsnorm_qkv_rope(h, g, wqkv, cos, sin, pos, caches[2], caches[3], 1e-5)
+        q = rmsnorm_qkv_rope(pending[0], g, W(wqkv), cos, sin, pos, caches[0], caches[1], 1e-5)
+        h = reference.linear_residual(f, W(torch.cat(w, 1)), x)
+        q_ref = reference.rmsnorm_qkv_rope(h, g, W(wqkv), cos, sin, pos, caches[2], caches[3], 1e-5)
         torch.testing.assert_close(q, q_ref, **tolerance(dtype))
         torch.testing.assert_close(caches[0], caches[2], **tolerance(dtype))
         assert not peers[0].flags.any()
