@@ -3,21 +3,35 @@
 One fused op per file, each with a torch reference of the same signature in llamafast/reference.py, a test
 in tests/kernels/ and a bench entry in llamafast/measure/registry.py (REGISTRY, decode) or prefill_registry.py
 (PREFILL, prompts). Nothing here imports llamafast modules but config types.
+
+Each decode kernel takes its launch from a table keyed by shape (configs=). The committed tables (COMMITTED) are
+never written: a model reads copies of them, which tuning extends for its shapes (llamafast/tuning/).
 """
 
+from .decode_attention import CONFIGS as _ATTENTION
 from .decode_attention import decode_attention
+from .linear_residual import CONFIGS as _LINEAR_RESIDUAL
 from .prefill.flash_attention import flash_attention
 from .linear_residual import linear_residual
 from .prefill.prefill_linear import prefill_linear_residual, prefill_lm_head
 from .prefill.prefill_qkv_rope import prefill_qkv_rope
 from .prefill.prefill_swiglu import prefill_swiglu
+from .rmsnorm_lm_head import CONFIGS as _LM_HEAD
 from .rmsnorm_lm_head import rmsnorm_lm_head
+from .rmsnorm_qkv_rope import CONFIGS as _QKV
 from .rmsnorm_qkv_rope import rmsnorm_qkv_rope
+from .rmsnorm_swiglu import CONFIGS as _SWIGLU
 from .rmsnorm_swiglu import rmsnorm_swiglu
 from .sparse_ffn import sparse_ffn
 
+# The tunable decode kernels' committed launch tables, by the name tuning files and registry entries use.
+COMMITTED = {
+    "rmsnorm_qkv_rope": _QKV, "linear_residual": _LINEAR_RESIDUAL, "rmsnorm_swiglu": _SWIGLU,
+    "rmsnorm_lm_head": _LM_HEAD, "decode_attention": _ATTENTION,
+}
+
 __all__ = [
-    "decode_attention", "flash_attention", "linear_residual",
+    "COMMITTED", "decode_attention", "flash_attention", "linear_residual",
     "prefill_linear_residual", "prefill_lm_head", "prefill_qkv_rope", "prefill_swiglu", "rmsnorm_lm_head",
     "rmsnorm_qkv_rope", "rmsnorm_swiglu", "sparse_ffn",
 ]

@@ -1,6 +1,8 @@
 """The backends, chosen once when a model is built: each one's decode ops, prefill ops, and how Engine runs a
 decode step. The ops bundles are cut at the same fusion boundaries (reference.py has the signatures), so
-model.py is written once; the Triton kernels are imported only when their backend is chosen.
+model.py is written once; the Triton kernels are imported only when their backend is chosen. Each model gets its
+own bundle: the triton decode ops are bound to the model's launch tables (BackendOps.launches), copies of the
+committed ones that tuning extends for the model's shapes.
 
     reference  plain PyTorch, eager (the oracle; the default on the CPU)
     compile    the reference ops under torch.compile(mode="reduce-overhead"): CUDA graphs, gpt-fast's technique
@@ -9,8 +11,9 @@ model.py is written once; the Triton kernels are imported only when their backen
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,12 +36,17 @@ class Ops:
     linear_residual_t: Callable  # its dense down projection (w2t transposed): cuBLAS on every backend
 
 
+# A model's launch tables: kernel table name -> {shape key: launch} (kernels.COMMITTED names them).
+Launches = dict[str, dict[tuple[int, ...], object]]
+
+
 @dataclass(frozen=True)
 class BackendOps:
     name: Backend
     decode: Ops  # one token (S = 1)
     prefill: Ops  # a prompt chunk (S > 1)
     step: str  # how Engine runs a decode step: "eager", "compile" (torch.compile) or "graph" (one CUDA graph)
+    launches: Launches = field(default_factory=dict)  # the tables the decode kernels read (triton only)
 
 
 REFERENCE_OPS = Ops(reference.rmsnorm_qkv_rope, reference.attention, reference.linear_residual,
@@ -46,19 +54,28 @@ REFERENCE_OPS = Ops(reference.rmsnorm_qkv_rope, reference.attention, reference.l
                     reference.linear_residual_t)
 
 
-def backend_ops(backend: Backend) -> BackendOps:
+def backend_ops(backend: Backend, launches: Launches | None = None) -> BackendOps:
+    """The ops of `backend`; the triton decode kernels read `launches` (default: fresh copies of the committed
+    tables)."""
     if backend == Backend.reference:
         return BackendOps(backend, REFERENCE_OPS, REFERENCE_OPS, "eager")
     if backend == Backend.compile:
         return BackendOps(backend, REFERENCE_OPS, REFERENCE_OPS, "compile")
     from llamafast import kernels  # imports Triton only when its backend is chosen
 
-    decode = Ops(kernels.rmsnorm_qkv_rope, kernels.decode_attention, kernels.linear_residual, kernels.rmsnorm_swiglu,
-                 kernels.rmsnorm_lm_head, kernels.sparse_ffn, reference.linear_residual_t)
+    if launches is None:
+        launches = {name: dict(table) for name, table in kernels.COMMITTED.items()}
+
+    def bound(kernel, table: str):
+        return functools.partial(kernel, configs=launches[table])
+
+    decode = Ops(bound(kernels.rmsnorm_qkv_rope, "rmsnorm_qkv_rope"), bound(kernels.decode_attention, "decode_attention"),
+                 bound(kernels.linear_residual, "linear_residual"), bound(kernels.rmsnorm_swiglu, "rmsnorm_swiglu"),
+                 bound(kernels.rmsnorm_lm_head, "rmsnorm_lm_head"), kernels.sparse_ffn, reference.linear_residual_t)
     # Prompts stay dense; a sparse prompt (the quality lab) runs the reference sparse FFN.
     prefill = Ops(kernels.prefill_qkv_rope, kernels.flash_attention, kernels.prefill_linear_residual,
                   kernels.prefill_swiglu, kernels.prefill_lm_head, reference.sparse_ffn, reference.linear_residual_t)
-    return BackendOps(backend, decode, prefill, "graph")
+    return BackendOps(backend, decode, prefill, "graph", launches)
 
 
 def build(
@@ -69,20 +86,24 @@ def build(
     head: WeightFormat | None = None,
     layout: SparseLayout | None = None,
     shard=None,
+    launches: Launches | None = None,
 ) -> Transformer:
     """A model on state's tensors for `backend`; weights is the layers' linear weight format, head the LM head's
-    (default: the same); shard: this rank's part of a tensor-parallel model (load/shard.py)."""
+    (default: the same); shard: this rank's part of a tensor-parallel model (load/shard.py); launches: the
+    tables its decode kernels read (default: copies of the committed ones)."""
     device = state["tok_embeddings.weight"].device
     e4m3 = WeightFormat.fp8_e4m3 in (weights, head)
     if backend == Backend.triton and e4m3 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
         name = torch.cuda.get_device_name(device)
         raise LlamafastError(f"E4M3 weights need compute capability 8.9 or newer (Ada, Hopper); {name} lacks it")
-    return assemble(config, state, backend_ops(backend), weights, head or weights, layout, shard)
+    return assemble(config, state, backend_ops(backend, launches), weights, head or weights, layout, shard)
 
 
 def with_backend(model: Transformer, backend: Backend) -> Transformer:
-    """The same weights (shared, not copied) in a model built for another backend; bench compares them."""
-    out = build(model.config, model.state_dict(), backend, *model.weight_formats, model.layout, model.shard)
+    """The same weights (shared, not copied) in a model built for another backend, with the same launch tables
+    where both are triton; bench compares them."""
+    launches = model.backend.launches if backend == model.backend.name else None
+    out = build(model.config, model.state_dict(), backend, *model.weight_formats, model.layout, model.shard, launches)
     out.comm = model.comm
     if model.sparse is not None:
         out.set_sparsity(model.sparse)

@@ -1,11 +1,11 @@
-"""Launch tables for every shape that runs. On first use of a shape that no table holds, the decode kernels'
-launches are swept on this GPU (the quick list of tuning/sweep.py), and the winners join the kernels' CONFIGS
-tables (under the committed entries, which stay authoritative for the Llama 2 shapes) and a file beside Triton's
-cache (tuning/cache.py), so the next run of the shape on this GPU tunes nothing. Returns data; the CLI says what
-ran (cli/common.py tune_decode).
+"""Launch tables for every shape that runs. A model's decode kernels read its own copies of the committed tables
+(backends.BackendOps.launches). On first use of a shape that no table holds, the kernels' launches are swept on
+this GPU (the quick list of tuning/sweep.py), and the winners join the model's tables (under the committed
+entries, which stay authoritative for the Llama 2 shapes) and a file beside Triton's cache (tuning/cache.py), so
+the next run of the shape on this GPU tunes nothing. Returns data; runtime.ready() runs it and the CLI says what ran.
 
-    plan = prepare(model)  # loads the cached launches; what is left to tune, or None where tuning does not apply
-    done = tune(plan)      # sweeps what is left, merges and saves the winners
+    plan = prepare(model)  # loads the cached launches into the model's tables; what is left to tune, or None
+    done = tune(plan)      # sweeps what is left, merges the winners into the model's tables and saves them
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from llamafast.model import Transformer
 from llamafast.settings import settings
 from llamafast.tuning import cache
 from llamafast.tuning.cache import Entries, Entry
-from llamafast.tuning.sweep import TABLES, Timer, graph_timer, sweep, table_name
+from llamafast.tuning.sweep import Timer, graph_timer, sweep, table_name
 
 ATTENTION_CONTEXT = 4096  # positions attention is tuned at (fewer if the model's context is shorter)
 # Input sets per timing: they flush L2 (256 MiB of them) for weights of 4 MiB and up, and keep a tiny model's
@@ -58,6 +58,7 @@ class Plan:
     device: torch.device
     timer: Timer
     ignore_committed: bool
+    tables: dict[str, dict]  # the model's launch tables, which the winners join
 
 
 @dataclass
@@ -90,7 +91,7 @@ def model_jobs(model: Transformer) -> list[Job]:
 
 def prepare(model: Transformer, timer: Timer | None = None, folder: Path | None = None,
             ignore_committed: bool = False) -> Plan | None:
-    """Loads this GPU's cached launches into the kernels' tables and returns what is left to tune for model. None
+    """Loads this GPU's cached launches into model's launch tables and returns what is left to tune for it. None
     where tuning does not apply: LLAMAFAST_TUNE=0, a backend other than triton, a model under MIN_BYTES, tensor
     parallel, or a model off CUDA with no timer given (tests time the interpreter's kernels with their own). folder: instead of
     cache.tune_dir(). ignore_committed: every key is tuned unless the from-scratch file holds it, and nothing
@@ -105,17 +106,19 @@ def prepare(model: Transformer, timer: Timer | None = None, folder: Path | None 
     gpu = environment(device)["device"]
     path = cache.cache_file(gpu, folder, scratch=ignore_committed)
     cached, warning = cache.read(path)
+    tables = model.backend.launches
     if not ignore_committed:
-        cache.merge(cached)
-    known = set(cached) if ignore_committed else {(name, key) for name, table in TABLES.items() for key in table}
+        cache.merge(tables, cached)
+    known = set(cached) if ignore_committed else {(name, key) for name, table in tables.items() for key in table}
     missing = [job for job in model_jobs(model) if (job.table, job.key) not in known]
     dtype = model.tok_embeddings.weight.dtype
-    return Plan(path, gpu, missing, warning, model.config, dtype, device, timer or graph_timer, ignore_committed)
+    return Plan(path, gpu, missing, warning, model.config, dtype, device, timer or graph_timer, ignore_committed,
+                tables)
 
 
 def tune(plan: Plan) -> Tuned:
     """Sweeps each missing key's quick list (inputs from the kernel registry at the model's shape), keeps the
-    fastest launch, merges the winners into the kernels' tables and saves them."""
+    fastest launch, merges the winners into the model's tables and saves them."""
     t0 = time.perf_counter()
     won: Entries = {}
     on_gpu = torch.cuda.device(plan.device) if plan.device.type == "cuda" else contextlib.nullcontext()
@@ -128,7 +131,7 @@ def tune(plan: Plan) -> Tuned:
             if s.best is not None:  # else every launch failed: the kernel keeps its default
                 won[(job.table, job.key)] = Entry(s.best, s.times[s.best])
     if not plan.ignore_committed:
-        cache.merge(won)
+        cache.merge(plan.tables, won)
     header = {"device": plan.gpu, "triton": environment(plan.device)["triton"], "kernels": cache.kernel_hash()}
     warning = cache.save(plan.path, won, header)
     return Tuned(won, time.perf_counter() - t0, plan.path, warning)
@@ -147,19 +150,11 @@ def _unwatched():
         knobs.runtime.jit_post_compile_hook = hook
 
 
-@contextlib.contextmanager
-def launches(entries: Entries):
-    """The kernels' tables with entries in them, over committed ones too, until the block ends; then the tables
-    as they were (scripts/tune_first_use.py decodes with tuned launches beside the committed ones; tests)."""
-    saved = {name: dict(table) for name, table in TABLES.items()}
+def override(model: Transformer, entries: Entries) -> None:
+    """entries into model's launch tables, over committed ones too (from-scratch tuning decodes with its own
+    launches beside a model on the committed ones). Set them before an Engine captures the decode graph."""
     for (name, key), entry in entries.items():
-        TABLES[name][key] = entry.launch
-    try:
-        yield
-    finally:
-        for name, table in TABLES.items():
-            table.clear()
-            table.update(saved[name])
+        model.backend.launches[name][key] = entry.launch
 
 
 def _fp8(fmt: WeightFormat) -> FP8Format | None:

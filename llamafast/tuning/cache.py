@@ -1,6 +1,6 @@
 """The on-disk cache of tuned launches: one JSON file per GPU model, Triton version and decode-kernel source, in
 $LLAMAFAST_TUNE_DIR or beside Triton's own cache (~/.triton/llamafast/ next to ~/.triton/cache/). Its entries
-join the kernels' CONFIGS tables under the committed ones, which stay authoritative."""
+join a model's launch tables under the committed ones, which stay authoritative."""
 
 from __future__ import annotations
 
@@ -78,10 +78,11 @@ def read(path: Path) -> tuple[Entries, str | None]:
     return {}, f"ignoring the tuning cache {path} ({reason}); it is rewritten when a shape is next tuned"
 
 
-def merge(entries: Entries) -> None:
-    """Into the kernels' tables, never over an entry they hold (the committed ones above all)."""
+def merge(tables: dict[str, dict], entries: Entries) -> None:
+    """Into a model's launch tables (backends.BackendOps.launches), never over an entry they hold (the committed
+    ones above all)."""
     for (table, key), entry in entries.items():
-        TABLES[table].setdefault(key, entry.launch)
+        tables[table].setdefault(key, entry.launch)
 
 
 def save(path: Path, new: Entries, header: dict) -> str | None:

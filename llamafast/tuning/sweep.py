@@ -15,22 +15,16 @@ import torch
 from llamafast.measure.common import input_sets, time_in_graph
 from llamafast.measure.registry import REGISTRY, Inputs
 from llamafast.config import ModelConfig
-from llamafast.kernels.decode_attention import CONFIGS as ATTENTION
+from llamafast.kernels import COMMITTED
 from llamafast.kernels.decode_attention import AttentionConfig, default_config
 from llamafast.kernels.gemv import GemvConfig, gemv_config
-from llamafast.kernels.linear_residual import CONFIGS as LINEAR_RESIDUAL
-from llamafast.kernels.rmsnorm_lm_head import CONFIGS as LM_HEAD
-from llamafast.kernels.rmsnorm_qkv_rope import CONFIGS as QKV
-from llamafast.kernels.rmsnorm_swiglu import CONFIGS as SWIGLU
 from llamafast.quant import FP8Format
 
 Launch = GemvConfig | AttentionConfig
 
-# The kernels' own launch tables, by name: the registry's "linear_residual[wo]" and "[w2]" share one.
-TABLES: dict[str, dict[tuple[int, ...], Launch]] = {
-    "rmsnorm_qkv_rope": QKV, "linear_residual": LINEAR_RESIDUAL, "rmsnorm_swiglu": SWIGLU, "rmsnorm_lm_head": LM_HEAD,
-    "decode_attention": ATTENTION,
-}
+# The kernels' committed launch tables, by name (read, never written): the registry's "linear_residual[wo]" and
+# "[w2]" share one.
+TABLES: dict[str, dict[tuple[int, ...], Launch]] = COMMITTED
 GEMV_KERNELS = ["rmsnorm_qkv_rope", "linear_residual[wo]", "rmsnorm_swiglu", "linear_residual[w2]", "rmsnorm_lm_head"]
 
 # Every launch that won a full sweep at some Llama 2 shape: the committed tables' values (scripts/results/
@@ -119,5 +113,5 @@ def _key_and_default(kernel: str, args: tuple) -> tuple[tuple[int, ...], Launch]
         q, k_cache = args[0], args[1]  # (1, H, D), (KVH, L, D)
         kvh = k_cache.shape[0]
         return (kvh, q.shape[1] // kvh), default_config(kvh)
-    w = args[1] if table_name(kernel) == "linear_residual" else args[2]
+    w = (args[1] if table_name(kernel) == "linear_residual" else args[2]).data  # a config.Weight
     return (*w.shape, w.element_size()), gemv_config({}, w)

@@ -44,13 +44,12 @@ class FakeTimer:
 
 
 @pytest.fixture(autouse=True)
-def _tables_and_dir(tmp_path, monkeypatch):
-    """Each test starts from the committed tables, as a new process would, and caches into its own folder."""
+def _tune_dir(tmp_path, monkeypatch):
+    """Each test caches into its own folder; each model built starts from the committed tables, as in a new
+    process."""
     monkeypatch.setenv("LLAMAFAST_TUNE_DIR", str(tmp_path / "tune"))
     monkeypatch.delenv("LLAMAFAST_TUNE", raising=False)
     monkeypatch.setattr(tuning, "MIN_BYTES", 0)  # these tests tune tiny models (test_small_models_are_not_tuned)
-    with tuning.launches({}):
-        yield
 
 
 def odd_model(fp8: FP8Format | None = None):
@@ -93,24 +92,39 @@ def test_first_use_tunes_every_new_key_saves_them_and_the_next_run_reuses_them()
     assert done.launches[("decode_attention", (3, 2))].launch == min(attention_candidates(quick=True), key=cost)
     saved = json.loads(plan.path.read_text())
     assert saved["version"] == cache.VERSION and len(saved["launches"]) == 6
-    with tuning.launches({}):  # a new process: the committed tables, then the file
-        calls = timer.calls
-        again = tuning.prepare(odd_model(), timer)
-        assert again.missing == [] and again.warning is None and timer.calls == calls
-        for (table, key), entry in done.launches.items():
-            assert TABLES[table][key] == entry.launch
+    calls = timer.calls
+    model = odd_model()  # as in a new process: the committed tables, then the file
+    again = tuning.prepare(model, timer)
+    assert again.missing == [] and again.warning is None and timer.calls == calls
+    for (table, key), entry in done.launches.items():
+        assert model.backend.launches[table][key] == entry.launch
+
+
+def test_a_models_launches_are_its_own():
+    """Tuning extends the tuned model's tables, which its decode kernels read; the committed tables and other
+    models' stay as they were."""
+    committed = {name: dict(table) for name, table in TABLES.items()}
+    model, other = odd_model(), odd_model()
+    done = tuning.tune(tuning.prepare(model, FakeTimer()))
+    tables = model.backend.launches
+    assert all(tables[table][key] == entry.launch for (table, key), entry in done.launches.items())
+    assert model.backend.decode.linear_residual.keywords["configs"] is tables["linear_residual"]
+    assert {name: dict(table) for name, table in TABLES.items()} == committed
+    assert other.backend.launches == committed
 
 
 def test_committed_entries_are_never_overridden_and_known_keys_not_tuned():
+    model = odd_model()
+    tables = model.backend.launches
     committed = next(iter(TABLES["linear_residual"].items()))
     other = GemvConfig(32, 128, 8)
     assert committed[1] != other
-    cache.merge({("linear_residual", committed[0]): cache.Entry(other, 1.0)})
-    assert TABLES["linear_residual"][committed[0]] == committed[1]
+    cache.merge(tables, {("linear_residual", committed[0]): cache.Entry(other, 1.0)})
+    assert tables["linear_residual"][committed[0]] == committed[1]
     known = ("linear_residual", (ODD.dim, ODD.dim, 4))
-    with tuning.launches({known: cache.Entry(other, 1.0)}):  # a table entry for one of ODD's keys
-        plan = tuning.prepare(odd_model(), FakeTimer())
-        assert known not in {(j.table, j.key) for j in plan.missing} and len(plan.missing) == 5
+    tuning.override(model, {known: cache.Entry(other, 1.0)})  # a table entry for one of ODD's keys
+    plan = tuning.prepare(model, FakeTimer())
+    assert known not in {(j.table, j.key) for j in plan.missing} and len(plan.missing) == 5
 
 
 @pytest.mark.parametrize("content", [
@@ -137,8 +151,7 @@ def test_the_cli_says_so_once(capsys):
     first = capsys.readouterr().err
     assert "tuning decode kernels for a new shape on" in first and "(once; saved to" in first
     assert "tuned 6 kernel launches in" in first
-    with tuning.launches({}):
-        tune_decode(model, FakeTimer())
+    tune_decode(odd_model(), FakeTimer())  # as in a new process: the file has them
     assert capsys.readouterr().err == ""
 
 
@@ -147,7 +160,8 @@ def test_tuned_launches_compute_what_the_reference_does():
     model = odd_model()
     done = tuning.tune(tuning.prepare(model, FakeTimer()))
     w2 = model.layers[0].feed_forward.w2.weight
-    assert gemv_config(TABLES["linear_residual"], w2) == done.launches[("linear_residual", (*w2.shape, 4))].launch
+    assert gemv_config(model.backend.launches["linear_residual"], w2) == done.launches[("linear_residual",
+                                                                                        (*w2.shape, 4))].launch
     assert done.launches[("decode_attention", (3, 2))].launch != default_config(3)  # not what would run untuned
     ref = with_backend(model, Backend.reference)
     tokens = [1, 999, 17]
@@ -183,9 +197,10 @@ def test_from_scratch_tuning_keeps_apart_from_the_tables():
     assert plan.path.name.endswith("-scratch.json") and len(plan.missing) == 6
     before = {name: dict(table) for name, table in TABLES.items()}
     done = tuning.tune(plan)
-    assert {name: dict(table) for name, table in TABLES.items()} == before
-    with tuning.launches(done.launches):
-        assert TABLES["decode_attention"][(3, 2)] == done.launches[("decode_attention", (3, 2))].launch
+    assert plan.tables == before and {name: dict(table) for name, table in TABLES.items()} == before
+    model = odd_model()
+    tuning.override(model, done.launches)
+    assert model.backend.launches["decode_attention"][(3, 2)] == done.launches[("decode_attention", (3, 2))].launch
     assert (3, 2) not in TABLES["decode_attention"]
 
 
@@ -215,11 +230,11 @@ def test_tunes_a_new_shape_on_the_gpu_once():
     assert len(plan.missing) == 6
     done = tuning.tune(plan)
     assert done.warning is None and len(done.launches) == 6 and all(e.us > 0 for e in done.launches.values())
-    with tuning.launches({}):
-        assert tuning.prepare(model).missing == []
-        greedy = SamplingConfig(temperature=0)
-        tokens = [list(stream_tokens(Engine(m, greedy, 40), [1, 50, 60], 32))
-                  for m in (model, with_backend(model, Backend.reference))]
+    fresh = build(model.config, model.state_dict(), Backend.triton)  # as in a new process
+    assert tuning.prepare(fresh).missing == []
+    greedy = SamplingConfig(temperature=0)
+    tokens = [list(stream_tokens(Engine(m, greedy, 40), [1, 50, 60], 32))
+              for m in (fresh, with_backend(model, Backend.reference))]
     assert tokens[0] == tokens[1]
 
 
