@@ -69,9 +69,10 @@ def backend_ops(backend: Backend, launches: Launches | None = None) -> BackendOp
     def bound(kernel, table: str):
         return functools.partial(kernel, configs=launches[table])
 
-    decode = Ops(bound(kernels.rmsnorm_qkv_rope, "rmsnorm_qkv_rope"), bound(kernels.decode_attention, "decode_attention"),
-                 bound(kernels.linear_residual, "linear_residual"), bound(kernels.rmsnorm_swiglu, "rmsnorm_swiglu"),
-                 bound(kernels.rmsnorm_lm_head, "rmsnorm_lm_head"), kernels.sparse_ffn, reference.linear_residual_t)
+    decode = Ops(bound(kernels.rmsnorm_qkv_rope, "rmsnorm_qkv_rope"),
+                 bound(kernels.decode_attention, "decode_attention"), bound(kernels.linear_residual, "linear_residual"),
+                 bound(kernels.rmsnorm_swiglu, "rmsnorm_swiglu"), bound(kernels.rmsnorm_lm_head, "rmsnorm_lm_head"),
+                 kernels.sparse_ffn, reference.linear_residual_t)
     # Prompts stay dense; a sparse prompt (the quality lab) runs the reference sparse FFN.
     prefill = Ops(kernels.prefill_qkv_rope, kernels.flash_attention, kernels.prefill_linear_residual,
                   kernels.prefill_swiglu, kernels.prefill_lm_head, reference.sparse_ffn, reference.linear_residual_t)
