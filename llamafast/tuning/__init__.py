@@ -1,8 +1,8 @@
 """Launch tables for every shape that runs. On first use of a shape that no table holds, the decode kernels'
 launches are swept on this GPU (the quick list of tuning/sweep.py), and the winners join the kernels' CONFIGS
 tables (under the committed entries, which stay authoritative for the Llama 2 shapes) and a file beside Triton's
-cache (tuning/cache.py), so the next run of the shape on this GPU tunes nothing. Returns data; the CLI says what
-ran (cli/common.py tune_decode).
+cache (tuning/cache.py), so the next run of the shape on this GPU tunes nothing. Returns data: llamafast.runtime
+tunes every model it readies, and the CLI says what ran (cli/common.py say_tuning, say_tuned).
 
     plan = prepare(model)  # loads the cached launches; what is left to tune, or None where tuning does not apply
     done = tune(plan)      # sweeps what is left, merges and saves the winners
