@@ -1,9 +1,8 @@
 """`llamafast bench`: one subcommand per benchmark (decode.py: decode and sparse; prefill.py; kernels.py;
 timeline.py), their shared options and model readying in shared.py.
 
-The spellings from before the subcommands still run: arguments that name no subcommand are routed by the flag
-that picked the mode (ROUTES), so `bench --model M` is `bench decode --model M` and `bench --kernels --prefill` is
-`bench kernels --prefill`.
+Arguments that name no subcommand are routed by their mode flag (ROUTES), so that scripts may write bench as one
+command: `bench --model M` is `bench decode --model M`, `bench --kernels --prefill` is `bench kernels --prefill`.
 """
 
 from __future__ import annotations
@@ -16,9 +15,9 @@ from llamafast.cli.bench.prefill import prefill
 from llamafast.cli.bench.timeline import timeline
 from llamafast.cli.tp import refuse_under_torchrun
 
-# The flags that picked a mode of the single bench command, in the order they took precedence: the subcommand
-# each routes to, and whether the flag is dropped (sparse takes --sparsity, --sparse-mode and --group-size
-# itself; --kernels --prefill keeps --prefill, which kernels takes).
+# The mode flags, in order of precedence: the subcommand each stands for, and whether the flag is dropped (sparse
+# takes --sparsity, --sparse-mode and --group-size itself; --kernels --prefill keeps --prefill, which kernels
+# takes).
 ROUTES = [("--kernels", "kernels", True), ("--timeline", "timeline", True), ("--prefill", "prefill", True),
           *((flag, "sparse", False) for flag in ("--sparsity", "--sparse-mode", "--group-size"))]
 
@@ -34,6 +33,8 @@ def route(args: list[str], commands) -> list[str]:
 
 
 class _Bench(typer.core.TyperGroup):
+    """bench's subcommands, with arguments that name none routed to one."""
+
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         return super().parse_args(ctx, route(args, self.commands))
 
@@ -46,9 +47,8 @@ def _bench(ctx: typer.Context):
     """Measure decode speed, time to first token, the sparse FFN and each kernel, against the memory bandwidth
     measured in the same run. Without a subcommand bench runs decode.
 
-    The single command's spellings still run: `bench [OPTIONS]` is `bench decode [OPTIONS]`, and --prefill,
-    --kernels (with or without --prefill), --timeline and --sparsity pick the subcommand that takes the other
-    options."""
+    Mode flags stand for subcommands: `bench [OPTIONS]` is `bench decode [OPTIONS]`, and --prefill, --kernels
+    (with or without --prefill), --timeline and --sparsity pick the subcommand that takes the other options."""
     refuse_under_torchrun(f"bench {ctx.invoked_subcommand}")
 
 
