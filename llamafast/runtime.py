@@ -5,19 +5,23 @@ buckets' CUDA graphs come with the Engine (generate.py). What happened comes bac
 
     with ready(open_model(path), torch.device("cuda")) as (lm, startup):
         engine = Engine(lm.model, SamplingConfig(), 512, n_vocab=lm.tokenizer.vocab_size)
+
+Random weights of a known shape (`ready("llama-2-7b", device)`) are readied the same way, and a model built from
+a ready one (load.quantized's FP8 copy) is tuned by ready_built.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
-from llamafast.config import Backend, DType, FP8Format
-from llamafast.load import LoadedModel, OpenedModel, load_model
+from llamafast.config import Backend, DType, FP8Format, model_config
+from llamafast.load import LoadedModel, OpenedModel, load_model, random_model
 from llamafast.load.preload import KernelPreload, preloading
 
 if TYPE_CHECKING:
@@ -61,9 +65,15 @@ def tune(model, before: Callable[[tuning.Plan], None] | None = None, timer=None)
     return Tuning(plan, tuning.tune(plan) if plan.missing else None)
 
 
+def ready_built(lm: LoadedModel, before_tuning: Callable[[tuning.Plan], None] | None = None) -> Startup:
+    """A model built from a ready one (load.quantized's FP8 copy) tuned as ready() tunes its own: its weight format
+    can need launches the first lacked."""
+    return Startup(lm.load_s, tune(lm.model, before_tuning))
+
+
 @contextlib.contextmanager
 def ready(
-    opened: OpenedModel,
+    source: OpenedModel | str,
     device: torch.device,
     dtype: DType = DType.auto,
     backend: Backend | None = None,
@@ -73,12 +83,17 @@ def ready(
     before_tuning: Callable[[tuning.Plan], None] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> Iterator[tuple[LoadedModel, Startup]]:
-    """Loads opened's weights onto device (a tensor-parallel rank's slices with ranks, agreed over them) with its
-    kernels preloaded meanwhile, then tunes its decode launches. Yields (the model, Startup); when the block ends
-    the kernels this run loaded are recorded for the next, and what could not be saved goes to warn."""
-    with preloading(opened.config, dtype, fp8, backend, device, ranks, warn=warn) as preload:
+    """Loads source's weights onto device (a checkpoint opened by open_model, or random weights of the shape named;
+    a tensor-parallel rank's slices with ranks, agreed over them) with its kernels preloaded meanwhile, then tunes
+    its decode launches. Yields (the model, Startup); when the block ends the kernels this run loaded are recorded
+    for the next, and what could not be saved goes to warn."""
+    config = model_config(source) if isinstance(source, str) else source.config
+    with preloading(config, dtype, fp8, backend, device, ranks, warn=warn) as preload:
         def load() -> LoadedModel:
-            return load_model(opened, None, device, dtype, backend, progress, fp8, ranks and ranks.shard)
+            shard = ranks and ranks.shard
+            if isinstance(source, str):
+                return random_model(source, device, dtype, backend, fp8=fp8, shard=shard)
+            return load_model(source, None, device, dtype, backend, progress, fp8, shard)
 
         if ranks is None:
             lm = load()
@@ -86,4 +101,4 @@ def ready(
             from llamafast.tp.dist import agree
 
             lm = agree(ranks, load)
-        yield lm, Startup(lm.load_s, tune(lm.model, before_tuning), preload)
+        yield lm, dataclasses.replace(ready_built(lm, before_tuning), preload=preload)

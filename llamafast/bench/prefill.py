@@ -74,6 +74,19 @@ def time_prefill(engine: Engine, ids: list[int], reps: int) -> list[float]:
     return times
 
 
+def _warming(model, runs: int, until: float) -> bool:
+    """Whether another warm-up run is due: at least 3, and until WARMUP_S has passed. Under tensor parallelism the
+    ranks decide together: every run is a collective, and a rank whose clock ran one more alone would leave the
+    others waiting (gloo: a size mismatch once they move on)."""
+    device = model.tok_embeddings.weight.device
+    due = torch.tensor([int(runs < 3 or now(device) < until)], device=device)
+    if model.comm is not None:
+        import torch.distributed as dist
+
+        dist.all_reduce(due, op=dist.ReduceOp.MAX, group=model.comm.group)
+    return bool(due.item())
+
+
 def run_prefill_bench(
     lm: LoadedModel, backends: list[Backend], lengths: list[int], reps: int = 10, chunk: int = PREFILL_CHUNK
 ) -> PrefillReport:
@@ -93,7 +106,7 @@ def run_prefill_bench(
         for n in lengths:
             ids = random_prompt(n, config.vocab_size, gen)
             warm_until, warm_runs = now(device) + WARMUP_S, 0
-            while warm_runs < 3 or now(device) < warm_until:  # a prompt graph is captured on its bucket's 2nd run
+            while _warming(model, warm_runs, warm_until):  # a prompt graph is captured on its bucket's 2nd run
                 time_prefill(engine, ids, 1)
                 warm_runs += 1
             times = sorted(time_prefill(engine, ids, reps))

@@ -1,7 +1,7 @@
 """The llamafast command line: each command parses, calls the library, and prints what it returns.
 
-One module per command: generate.py, info.py, bench.py, convert.py, eval.py, sparsify.py; common.py holds the shared options,
-the console and clean errors, presets.py the TOML run presets.
+One module per command: generate.py, chat.py, info.py, convert.py, eval.py, sparsify.py, and bench/ for bench's
+subcommands; common.py holds the shared options, the console and clean errors, presets.py the TOML run presets.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from llamafast.cli.bench import bench
+from llamafast.cli.bench import app as bench_app
 from llamafast.cli.chat import chat
 from llamafast.cli.common import clean_errors
 from llamafast.cli.streams import guarded_streams
@@ -75,7 +75,7 @@ def _main(
         check_settings()
 
 
-app.command()(bench)
+app.add_typer(bench_app, name="bench")
 app.command()(chat)
 app.command("convert-fp8")(convert_fp8)
 app.command()(generate)

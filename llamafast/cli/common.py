@@ -147,15 +147,6 @@ def device_or_default(name: str | None):
     return device
 
 
-def tune_decode(model, timer=None) -> None:
-    """Before a triton model's decode graph is captured: tunes the decode kernels' launches for shapes no table
-    holds (llamafast.runtime.tune), once per GPU, saying so on stderr (also with --json, whose output is stdout);
-    silent when every shape is known. LLAMAFAST_TUNE=0 turns it off."""
-    from llamafast.runtime import tune
-
-    say_tuned(tune(model, say_tuning, timer))
-
-
 def say_tuning(plan) -> None:
     """A tuning plan as it starts: a cache it ignores, and the sweep it runs for a new shape."""
     if plan.warning:

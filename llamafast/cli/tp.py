@@ -1,4 +1,5 @@
-"""Tensor parallel in the commands: `torchrun --standalone --nproc-per-node N -m llamafast generate|bench ...`.
+"""Tensor parallel in the commands: `torchrun --standalone --nproc-per-node N -m llamafast generate|bench ...`
+(bench decode and bench prefill).
 
 Every rank runs the same command (checked) on its own GPU; rank 0 reads the prompt, prints and streams, the
 others stay silent but for errors of their own. Steps that can fail on one rank alone run under tp.dist.agree,
@@ -32,8 +33,9 @@ TP_COMM_HELP = ("How tensor-parallel ranks combine partial sums in decode: symm 
                 "the next kernel) or nccl (an all-reduce after wo and w2, gpt-fast's scheme)")
 
 
-# The commands that run tensor parallel; under torchrun any other would run once per rank, side by side.
-TP_COMMANDS = ("generate", "bench")
+# The commands that run tensor parallel; under torchrun any other would run once per rank, side by side. bench's
+# other subcommands refuse torchrun as they start (cli/bench).
+TP_COMMANDS = ("generate", "bench decode", "bench prefill")
 # What torchrun sets for every rank; LOCAL_RANK defaults to RANK.
 _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 # The longest a silent rank waits, before the ranks are connected, for torchrun to stop it once rank 0 has
@@ -73,11 +75,12 @@ def refuse_under_torchrun(command: str | None) -> None:
     """Under torchrun only the tensor-parallel commands run; any other is refused on every rank before it does its
     work (convert-fp8 would convert once per rank, chat hold one conversation per rank), reported by rank 0."""
     launch = torchrun_launch()
-    if launch is None or launch.world == 1 or command in TP_COMMANDS:
+    groups = {name.split()[0] for name in TP_COMMANDS}  # bench: its subcommand decides
+    if launch is None or launch.world == 1 or command in TP_COMMANDS or command in groups:
         return
     with reported_once(launch.rank):
-        raise SharedError(f"{command} does not run under torchrun (only {' and '.join(TP_COMMANDS)} run tensor "
-                          f"parallel); run it once, without torchrun")
+        raise SharedError(f"{command} does not run under torchrun (only {', '.join(TP_COMMANDS[:-1])} and "
+                          f"{TP_COMMANDS[-1]} run tensor parallel); run it once, without torchrun")
 
 
 def check_settings() -> None:

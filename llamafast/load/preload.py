@@ -73,11 +73,15 @@ class KernelPreload:
             except Exception:  # noqa: BLE001 - a kernel of older code, a renamed one: its first launch loads it
                 self.failed += 1
 
+    def wait(self) -> None:
+        """Returns once the thread has preloaded what it could (a benchmark times nothing while it runs)."""
+        if self.thread.is_alive():
+            self.thread.join()
+
     def close(self) -> str | None:
         """Waits for the thread, restores Triton's hook, and adds this run's new kernels to the file. Returns why it
         could not preload or save, or None."""
-        if self.thread.is_alive():
-            self.thread.join()
+        self.wait()
         self.knobs.runtime.jit_post_compile_hook = self.previous
         saved = self._save()
         return self.error or saved

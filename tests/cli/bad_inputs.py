@@ -20,7 +20,7 @@ from .bad_input_files import (
 
 @dataclass(frozen=True)
 class Case:
-    command: str
+    command: str  # with bench's subcommand: "bench decode"
     what: str
     setup: Callable[[Path], list[str]]  # tmp dir -> the arguments after the command
     needle: str
@@ -150,7 +150,7 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case(GENERATE, "a preset with sampling as a number",
              lambda t: ["hi", "--config", str(preset(t, "sampling = 3"))], "[sampling] table"),
         Case(GENERATE, "a bench preset (shape, random weights)", lambda t: ["hi", "--config", "bench-7b"], "shape"),
-        Case("bench", "a preset with a [sampling] table",
+        Case("bench decode", "a preset with a [sampling] table",
              lambda t: [*BENCH, "--config", str(preset(t, "[sampling]\ntemperature = 0.0"))], "sampling"),
     ],
     "Tokenizer": [
@@ -241,25 +241,32 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case(GENERATE, "--sparsity on a checkpoint without routers", lambda t: ["hi", "--sparsity", "0.5"],
              "has no routers"),
         Case(GENERATE, "--sparsity below 0", lambda t: [*M(sparsified(t)), "--sparsity", "-0.1"], "[0, 0.95]"),
-        Case("bench", "--sparsity on a checkpoint without routers", lambda t: ["--device", "cpu", "--sparsity", "0.5"],
-             "has no routers"),
-        Case("bench", "--sparsity values that are not numbers", lambda t: [*BENCH, "--sparsity", "half"],
+        Case("bench sparse", "--sparsity on a checkpoint without routers",
+             lambda t: ["--device", "cpu", "--sparsity", "0.5"], "has no routers"),
+        Case("bench sparse", "--sparsity values that are not numbers", lambda t: [*BENCH, "--sparsity", "half"],
              "comma-separated numbers"),
-        Case("bench", "--sparse-mode without --sparsity", lambda t: [*BENCH, "--sparse-mode", "gate"], "only with --sparsity"),
+        Case("bench sparse", "no --sparsity", lambda t: [*BENCH, "--sparse-mode", "gate"], "Missing option '--sparsity'"),
         Case("eval", "--sparsity on a checkpoint without routers", lambda t: ["--sparsity", "0.5"], "has no routers"),
         Case("eval", "--sparse-mode without --sparsity", lambda t: ["--sparse-mode", "gate"], "only with --sparsity"),
     ],
     "bench and info": [
-        Case("bench", "--random-weights without --shape", lambda t: ["--random-weights"], "--shape"),
-        Case("bench", "an unknown shape", lambda t: ["--random-weights", "--shape", "llama-3"], "unknown shape"),
-        Case("bench", "--shape without --random-weights", lambda t: ["--shape", "stories260K"], "--random-weights"),
-        Case("bench", "--prefill lengths that are not numbers", lambda t: [*BENCH, "--prefill", "--prompt-lens", "a,5"],
+        Case("bench decode", "--random-weights without --shape", lambda t: ["--random-weights"], "--shape"),
+        Case("bench decode", "an unknown shape", lambda t: ["--random-weights", "--shape", "llama-3"], "unknown shape"),
+        Case("bench decode", "--shape without --random-weights", lambda t: ["--shape", "stories260K"],
+             "--random-weights"),
+        Case("bench decode", "--prompt-len 0", lambda t: [*BENCH, "--prompt-len", "0"], "--prompt-len"),
+        Case("bench prefill", "--prompt-lens that are not numbers", lambda t: [*BENCH, "--prompt-lens", "a,5"],
              "comma-separated"),
-        Case("bench", "a --prefill length beyond the context", lambda t: [*BENCH, "--prefill", "--prompt-lens", "600"],
+        Case("bench prefill", "a --prompt-lens length beyond the context", lambda t: [*BENCH, "--prompt-lens", "600"],
              "context is 512"),
-        Case("bench", "--prompt-len 0", lambda t: [*BENCH, "--prompt-len", "0"], "--prompt-len"),
-        Case("bench", "--kernels on the CPU", lambda t: ["--kernels", "--device", "cpu"], "CUDA GPU"),
-        Case("bench", "--timeline on the CPU", lambda t: [*BENCH, "--timeline"], "CUDA GPU"),
+        Case("bench kernels", "on the CPU", lambda t: ["--device", "cpu"], "CUDA GPU"),
+        Case("bench kernels", "--context with --prefill", lambda t: ["--prefill", "--context", "512"],
+             "--context applies to the decode kernels"),
+        Case("bench kernels", "--prompt-lens without --prefill", lambda t: ["--prompt-lens", "512"],
+             "only with --prefill"),
+        Case("bench timeline", "on the CPU", lambda t: BENCH, "CUDA GPU"),
+        Case("bench", "two of the single command's modes (--timeline --prefill)",
+             lambda t: [*BENCH, "--timeline", "--prefill"], "No such option: --prefill"),
         Case("info", "a model path that does not exist", lambda t: ["--model", str(t / "nope")], "not found"),
         Case("info", "an unknown --shape", lambda t: ["--shape", "llama-9"], "unknown shape"),
     ],
@@ -268,7 +275,7 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("eval", "--out where no file can be created", lambda t: ["--out", "/proc/x.json"], "cannot write --out"),
         Case("chat", "/save onto a file that exists", lambda t: ["--device", "cpu", "--max-new-tokens", "4"],
              "README.md exists; /save! README.md replaces it", stdin="/save README.md\n"),
-        Case("bench", "--out in a directory that does not exist", lambda t: [*BENCH, "--out", str(t / "no" / "x.json")],
+        Case("bench decode", "--out in a directory that does not exist", lambda t: [*BENCH, "--out", str(t / "no" / "x.json")],
              "cannot write --out"),
     ],
     "Settings (LLAMAFAST_* variables)": [
@@ -284,7 +291,7 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
     "Tensor parallel (torchrun)": [
         Case(GENERATE, "--tp 2 without torchrun", lambda t: ["hi", "--tp", "2"], "torchrun --standalone --nproc-per-node 2"),
         Case(GENERATE, "--tp 0", lambda t: ["hi", "--tp", "0"], "at least 1"),
-        Case("bench", "--tp-comm without tensor parallelism", lambda t: [*BENCH, "--tp-comm", "nccl"],
+        Case("bench decode", "--tp-comm without tensor parallelism", lambda t: [*BENCH, "--tp-comm", "nccl"],
              "only to a tensor-parallel run"),
         Case(GENERATE, "WORLD_SIZE without RANK, MASTER_ADDR and MASTER_PORT (not torchrun)", lambda t: ["hi"],
              "torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
@@ -296,6 +303,8 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
              "convert-fp8 does not run under torchrun", env=RANK0_OF_2),
         Case("chat", "under torchrun", lambda t: [], "chat does not run under torchrun", stdin="hi\n", env=RANK0_OF_2),
         Case("info", "under torchrun", lambda t: [], "info does not run under torchrun", env=RANK0_OF_2),
+        Case("bench timeline", "under torchrun", lambda t: BENCH, "bench timeline does not run under torchrun",
+             env=RANK0_OF_2),
     ],
 }
 CASES = [case for cases in CASES_BY_GROUP.values() for case in cases]

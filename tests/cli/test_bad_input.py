@@ -44,7 +44,7 @@ def test_refused(case: Case, tmp_path: Path):
     shutil.rmtree(marker, ignore_errors=True)
     args = case.setup(tmp_path)
     before = _snapshot(tmp_path)
-    r = CliRunner().invoke(app, [case.command, *args], input=case.stdin, env=case.env)
+    r = CliRunner().invoke(app, [*case.command.split(), *args], input=case.stdin, env=case.env)
     assert_clean_error(r, case.needle)
     assert not marker.exists(), "the pickled object ran"
     assert _snapshot(tmp_path) == before, "a refused command wrote or removed files"

@@ -10,15 +10,18 @@ import sys
 
 import pytest
 import torch
+import typer
 from typer.testing import CliRunner
 
 from llamafast.cli import app
+from llamafast.cli.bench import route
 from llamafast.config import MODEL_CONFIGS, FP8Format, ModelConfig
 from llamafast.load import bundled_model
 
 from ..formats import meta_state, write_hf
 
 runner = CliRunner()
+BENCH = typer.main.get_command(app).commands["bench"]
 
 
 def _run(*args: str, input: str | None = None):
@@ -88,13 +91,46 @@ def test_info_bundled():
 
 
 def test_bench_on_cpu_tiny():
-    r = _run("bench", "--random-weights", "--shape", "stories260K", "--new-tokens", "8", "--prompt-len", "4",
+    r = _run("bench", "decode", "--random-weights", "--shape", "stories260K", "--new-tokens", "8", "--prompt-len", "4",
              "--device", "cpu", "--json")
     assert r.exit_code == 0, r.stderr
     report = json.loads(r.stdout)
     (row,) = report["results"]
     assert row["backend"] == "reference" and row["decode_tokens"] == 7 and row["decode_tokens_per_s"] > 0
-    assert report["copy_bw_gb_s"] > 0 and 0 < row["fraction_of_copy_bw"]
+    assert report["copy_bw_gb_s"] > 0 and 0 < row["fraction_of_copy_bw"] and report["kernels_preloaded"] == 0
+
+
+@pytest.mark.parametrize("old,new", [
+    ("", "decode"),
+    ("--model M --json", "decode --model M --json"),
+    ("--prefill --prompt-lens 5", "prefill --prompt-lens 5"),
+    ("--kernels --shape llama-2-7b", "kernels --shape llama-2-7b"),
+    ("--kernels --prefill", "kernels --prefill"),
+    ("--fp8 --timeline", "timeline --fp8"),
+    ("--sparsity=0.5 --sparse-mode gate", "sparse --sparsity=0.5 --sparse-mode gate"),
+    ("--sparse-mode gate", "sparse --sparse-mode gate"),
+    ("prefill --reps 2", "prefill --reps 2"),
+    ("--help", "--help"),
+])
+def test_the_single_bench_commands_spellings_pick_a_subcommand(old, new):
+    assert route(old.split(), BENCH.commands) == new.split()
+
+
+@pytest.mark.parametrize("args", [  # the spellings of scripts/*.sh and docs/*.md
+    "--config bench-7b --backend triton --out x.json",
+    "--random-weights --shape llama-2-7b --fp8 --fp8-format e4m3 --new-tokens 128 --backend compile",
+    "--kernels --shape llama-2-7b --fp8 --context 4096 --json --out x.json",
+    "--kernels --prefill --shape llama-2-7b --out x.json",
+    "--random-weights --shape llama-2-7b --prefill --chunk 512 --prompt-lens 512,4000 --reps 7 --backend triton --tp 2",
+    "--random-weights --shape llama-2-7b --timeline --fp8 --reps 20",
+    "--random-weights --shape llama-2-7b --sparsity 0,0.3 --sparse-mode router --sparse-mode gate --fp8 --new-tokens 9",
+    "--model M --json",
+    "--random-weights --shape llama-2-70b --new-tokens 128 --tp-comm symm --tp-comm nccl",
+])
+def test_the_single_bench_commands_spellings_parse(args):
+    """Each routed spelling is one its subcommand takes (parsed, not run)."""
+    name, *rest = route(args.split(), BENCH.commands)
+    BENCH.commands[name].make_context(name, rest)
 
 
 def test_preset_file(tmp_path):
@@ -261,8 +297,8 @@ def test_bad_options(args, needle):
 
 @pytest.mark.slow
 def test_bench_prefill_on_cpu_tiny():
-    r = _run("bench", "--random-weights", "--shape", "stories260K", "--prefill", "--prompt-lens", "3,40", "--reps",
-             "2", "--chunk", "16", "--device", "cpu", "--json")
+    r = _run("bench", "prefill", "--random-weights", "--shape", "stories260K", "--prompt-lens", "3,40", "--reps", "2",
+             "--chunk", "16", "--device", "cpu", "--json")
     assert r.exit_code == 0, r.stderr
     report = json.loads(r.stdout)
     assert report["chunk"] == 16 and [x["prompt_tokens"] for x in report["results"]] == [3, 40]
@@ -271,7 +307,7 @@ def test_bench_prefill_on_cpu_tiny():
 
 @pytest.mark.parametrize("lens,needle", [("a,5", "comma-separated"), ("0", "at least 1"), ("600", "context is 512")])
 def test_bench_prefill_bad_lengths(lens, needle):
-    _assert_clean_error(_run("bench", "--random-weights", "--shape", "stories260K", "--prefill", "--prompt-lens", lens),
+    _assert_clean_error(_run("bench", "prefill", "--random-weights", "--shape", "stories260K", "--prompt-lens", lens),
                         needle)
 
 

@@ -13,12 +13,13 @@ import torch
 
 from llamafast import tuning
 from llamafast.backends import build, with_backend
-from llamafast.cli.common import tune_decode
+from llamafast.cli.common import say_tuned, say_tuning
 from llamafast.config import Backend, FP8Format, WeightFormat
 from llamafast.kernels.decode_attention import default_config
 from llamafast.kernels.gemv import GemvConfig, gemv_config
 from llamafast.load.weights import quantize_state, random_state
 from llamafast.load.shard import Shard, random_shard
+from llamafast.runtime import tune
 from llamafast.tuning import cache
 from llamafast.tuning.sweep import TABLES, attention_candidates, gemv_candidates, sweep
 
@@ -31,6 +32,11 @@ def cost(launch) -> float:
     if isinstance(launch, GemvConfig):
         return 1e4 / (launch.block_n * launch.block_k) - launch.num_warps * 1e-3 + launch.block_n * 1e-6
     return launch.n_splits + launch.block_s * 1e-3
+
+
+def tune_and_say(model, timer) -> None:
+    """What readying a model does (llamafast.runtime.tune), said on stderr as the commands say it."""
+    say_tuned(tune(model, say_tuning, timer))
 
 
 class FakeTimer:
@@ -138,7 +144,7 @@ def test_a_corrupt_cache_is_a_warning_and_a_retune(content, capsys):
     path = tuning.prepare(model, FakeTimer()).path
     path.parent.mkdir(parents=True)
     path.write_text(content)
-    tune_decode(model, FakeTimer())
+    tune_and_say(model, FakeTimer())
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("warning: ignoring the tuning cache") and str(path) in " ".join(lines)
     assert sum("tuning decode kernels" in line for line in lines) == 1
@@ -147,11 +153,11 @@ def test_a_corrupt_cache_is_a_warning_and_a_retune(content, capsys):
 
 def test_the_cli_says_so_once(capsys):
     model = odd_model()
-    tune_decode(model, FakeTimer())
+    tune_and_say(model, FakeTimer())
     first = capsys.readouterr().err
     assert "tuning decode kernels for a new shape on" in first and "(once; saved to" in first
     assert "tuned 6 kernel launches in" in first
-    tune_decode(odd_model(), FakeTimer())  # as in a new process: the file has them
+    tune_and_say(odd_model(), FakeTimer())  # as in a new process: the file has them
     assert capsys.readouterr().err == ""
 
 
@@ -188,7 +194,7 @@ def test_opt_out_and_where_tuning_does_not_apply(monkeypatch, capsys):
     assert tuning.prepare(with_backend(model, Backend.reference), FakeTimer()) is None
     monkeypatch.setenv("LLAMAFAST_TUNE", "0")
     assert tuning.prepare(model, FakeTimer()) is None
-    tune_decode(model, FakeTimer())
+    tune_and_say(model, FakeTimer())
     assert capsys.readouterr().err == "" and not cache.tune_dir().exists()
 
 

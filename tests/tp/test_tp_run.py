@@ -4,6 +4,7 @@ and bad input ending every rank with one error line and exit 1, never a hang."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -94,6 +95,18 @@ def test_bad_input_stops_every_rank(tmp_path, case):
     assert len(errors) == 1 and needle in errors[0], done.stderr[-3000:]
     assert "[rank" not in done.stderr, "no rank printed a traceback (torchrun's own report of the exit follows)"
     assert time.perf_counter() - t0 < 60
+
+
+@pytest.mark.parametrize("args", [["decode", "--prompt-len", "4", "--new-tokens", "4"],
+                                  ["prefill", "--prompt-lens", "3,40", "--reps", "2"]], ids=["decode", "prefill"])
+def test_bench_runs_tensor_parallel(args):
+    """bench decode and bench prefill on two ranks: one report, rank 0's. The prompt bench's warm-up runs until a
+    time has passed, and the ranks agree on when (one more run on one rank alone hung the others)."""
+    done = torchrun(2, "-m", "llamafast", "bench", args[0], "--random-weights", "--shape", "stories260K", *args[1:],
+                    "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout)["results"]
+    assert results and all(r.get("tp", 2) == 2 for r in results)
 
 
 def one_rank_sees(tmp_path: Path, name: str) -> Path:

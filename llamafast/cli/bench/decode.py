@@ -1,0 +1,158 @@
+"""`llamafast bench decode` and `bench sparse`: decode speed per backend and weight format, and of the sparse FFN
+beside the dense run of the same weights."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from llamafast.cli.bench.shared import (
+    FP8BesideOpt, JsonOpt, NewTokensOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt,
+    check_backends, note, preloaded, readied, readied_as, target, token_counts,
+)
+from llamafast.cli.common import (
+    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, parse_floats,
+    require_routers, stdout_console,
+)
+from llamafast.cli.tp import TP_COMM_HELP, TPOpt, make_comms, on_every_rank, tensor_parallel
+from llamafast.config import Backend, FP8Format, SparseMode, SparseRun, TPComm, model_config
+from llamafast.errors import LlamafastError
+
+if TYPE_CHECKING:
+    from llamafast.bench.decode import BenchReport
+    from llamafast.runtime import Startup
+
+
+def decode(
+    model: ModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    random_weights: RandomWeightsOpt = False,
+    shape: ShapeOpt = None,
+    device: DeviceOpt = None,
+    dtype: DTypeOpt = None,
+    config: ConfigOpt = None,
+    prompt_len: PromptLenOpt = None,
+    new_tokens: NewTokensOpt = None,
+    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: all the device runs; triton alone with --fp8 or --tp].")] = None,
+    fp8: FP8BesideOpt = False,
+    fp8_format: FP8FormatOpt = FP8Format.e5m2,
+    tp: TPOpt = None,
+    tp_comm: Annotated[Optional[list[TPComm]], typer.Option(help=TP_COMM_HELP + "; repeatable [default: both, side by side].")] = None,
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+):
+    """Load time, time to first token, decode tokens/s and achieved memory bandwidth per backend, on the same
+    weights (with --fp8 also on their FP8 copy)."""
+    from llamafast.bench.decode import run_bench
+
+    fmt = fp8_format if fp8 else None
+    with clean_errors(), tensor_parallel(tp, device) as ranks:
+        t, n_prompt, n_new, backends = on_every_rank(ranks, lambda: _decode_options(
+            model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens, backend,
+            fmt, tp_comm, ranks))
+        with readied(t, readied_as(backends), ranks, fmt) as (models, startup):
+            comms = [None]
+            if ranks:
+                made = make_comms(ranks, models[0], tp_comm or [TPComm.symm, TPComm.nccl])
+                comms = [c for c, _ in made]
+                for _, text in made:
+                    note(text)
+            report = run_bench(models, backends, n_prompt, n_new, comms=comms)
+            _emit(report, startup, json_out, out)
+
+
+def sparse(
+    sparsity: Annotated[str, typer.Option(help="Comma-separated sparsities to time the sparse FFN at (0.3,0.5,0.7): a sparsified checkpoint's routers, or with --random-weights exact-sparsity routers; the dense run is always timed.")],
+    sparse_mode: Annotated[Optional[list[SparseMode]], typer.Option(help="router and/or gate (repeatable) [default: router].")] = None,
+    group_size: Annotated[int, typer.Option(help="With --random-weights: neurons per group.")] = 32,
+    model: ModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    random_weights: RandomWeightsOpt = False,
+    shape: ShapeOpt = None,
+    device: DeviceOpt = None,
+    dtype: DTypeOpt = None,
+    config: ConfigOpt = None,
+    prompt_len: PromptLenOpt = None,
+    new_tokens: NewTokensOpt = None,
+    fp8: FP8BesideOpt = False,
+    fp8_format: FP8FormatOpt = FP8Format.e5m2,
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+):
+    """Decode tokens/s of the sparse FFN at each --sparsity, beside the dense triton run of the same weights."""
+    from llamafast.bench.decode import run_bench, sparse_pair
+
+    fmt = fp8_format if fp8 else None
+    with clean_errors():
+        t = target(model, tokenizer, random_weights, shape, device, dtype, config, out)
+        n_prompt, n_new = token_counts(t, prompt_len, new_tokens)
+        runs = _sparse_runs(t, sparsity, sparse_mode, group_size)
+        with readied(t, Backend.triton, None, fmt) as (models, startup):
+            pairs = [sparse_pair(m, group_size) for m in models]
+            report = run_bench([dense for dense, _ in pairs], [Backend.triton], n_prompt, n_new,
+                               [twin for _, twin in pairs], runs)
+            _emit(report, startup, json_out, out)
+
+
+def _decode_options(model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens,
+                    backend, fp8, tp_comm, ranks):
+    """The weights, token counts and backends, checked (on every rank alike) before any weights load."""
+    if tp_comm and not ranks:
+        raise LlamafastError("--tp-comm applies only to a tensor-parallel run (torchrun ... --tp N)")
+    t = target(model, tokenizer, random_weights, shape, device, dtype, config, out, ranks)
+    n_prompt, n_new = token_counts(t, prompt_len, new_tokens)
+    backends = backend or ([t.run.backend] if t.run.backend else None)
+    if backends is None:
+        cuda = t.device.type == "cuda"
+        backends = [Backend.triton] if cuda and (fp8 or ranks) else list(Backend) if cuda else [Backend.reference]
+    check_backends(backends, t.device, ranks)
+    return t, n_prompt, n_new, backends
+
+
+def _sparse_runs(t, sparsity: str, modes, group_size: int) -> list[SparseRun]:
+    """The sparse runs asked for, checked before any weights load."""
+    from llamafast.load import resolve_backend
+    from llamafast.tools.sparsify import check_group_size
+
+    runs = [SparseRun(s, m) for m in (modes or [SparseMode.router]) for s in parse_floats(sparsity, "--sparsity") if s > 0]
+    if isinstance(t.source, str):
+        check_group_size(group_size, model_config(t.source).hidden_dim)
+    else:
+        require_routers(t.source.checkpoint, "--sparsity needs --random-weights or")
+    resolve_backend(Backend.triton, t.device)  # the sparse FFN is timed on its kernels
+    return runs
+
+
+def _emit(report: BenchReport, startup: Startup, json_out: bool, out) -> None:
+    if not emit_json({**report.to_dict(), "kernels_preloaded": startup.kernels_preloaded}, out, json_out):
+        _print_report(report, startup)
+
+
+def _print_report(r: BenchReport, startup: Startup) -> None:
+    env = r.environment
+    out = stdout_console()
+    out.print(
+        f"{escape(r.model)} ({r.format}, {r.dtype}, {r.params / 1e9:.3f} B params) on {env['device']}; "
+        f"torch {env['torch']}, triton {env['triton']}; load {r.load_s:.2f} s{preloaded(startup)}; "
+        f"copy bandwidth {r.copy_bw_gb_s:.0f} GB/s; prompt {r.prompt_tokens}, new {r.new_tokens}"
+    )
+    sparse = any(x.sparsity is not None for x in r.results)
+    tp = any(x.tp > 1 for x in r.results)
+    extra = ["sparse FFN", "groups skipped", "vs dense"] if sparse else ["tp", "vs nccl"] if tp else []
+    table = Table("backend", "weights", *extra[:1], "startup s", "ttft ms", "prefill tok/s", "decode tok/s", "ms/token",
+                  "GB/s", "% copy BW", *extra[1:], "peak GB")
+    for x in r.results:
+        mode = ["dense" if x.sparsity is None else f"{x.sparse_mode} {x.sparsity:g}"] if sparse else []
+        skipped = ["-" if x.groups_skipped is None else f"{100 * x.groups_skipped:.1f}%",
+                   "-" if x.speedup is None else f"{x.speedup:.2f}x"] if sparse else []
+        if tp and not sparse:
+            mode, skipped = [f"{x.tp} {x.tp_comm}"], ["-" if x.speedup is None else f"{x.speedup:.2f}x"]
+        table.add_row(
+            x.backend, x.weights, *mode, f"{x.startup_s:.2f}", f"{x.ttft_ms:.2f}", f"{x.prefill_tokens_per_s:.0f}",
+            f"{x.decode_tokens_per_s:.1f}", f"{x.decode_ms_per_token:.3f}", f"{x.achieved_gb_s:.0f}",
+            f"{100 * x.fraction_of_copy_bw:.1f}", *skipped, "-" if x.peak_memory_gb is None else f"{x.peak_memory_gb:.1f}",
+        )
+    out.print(table)

@@ -1,0 +1,85 @@
+"""`llamafast bench prefill`: time to first token and prefill tokens/s per prompt length and backend."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from llamafast.cli.bench.shared import (
+    JsonOpt, OutOpt, RandomWeightsOpt, ShapeOpt, check_backends, note, preloaded, prompt_lengths,
+    readied, readied_as, target,
+)
+from llamafast.cli.common import (
+    ConfigOpt, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, pick, stdout_console,
+)
+from llamafast.cli.tp import TPOpt, attach_comm, on_every_rank, tensor_parallel
+from llamafast.config import Backend, TPComm
+from llamafast.errors import LlamafastError
+
+if TYPE_CHECKING:
+    from llamafast.bench.prefill import PrefillReport
+    from llamafast.runtime import Startup
+
+DEFAULT_LENGTHS = "128,512,2048,4000"
+
+
+def prefill(
+    model: ModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    random_weights: RandomWeightsOpt = False,
+    shape: ShapeOpt = None,
+    device: DeviceOpt = None,
+    dtype: DTypeOpt = None,
+    config: ConfigOpt = None,
+    prompt_lens: Annotated[Optional[str], typer.Option(help=f"Comma-separated prompt lengths [default: {DEFAULT_LENGTHS}].")] = None,
+    reps: Annotated[int, typer.Option(help="Timed runs per length (the median is reported).")] = 10,
+    chunk: Annotated[Optional[int], typer.Option(help="Prompt tokens per forward pass [default: 2048, generate.PREFILL_CHUNK].")] = None,
+    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: triton and reference on CUDA, reference on the CPU].")] = None,
+    tp: TPOpt = None,
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+):
+    """Time to first token and prefill tokens/s at each prompt length, per backend (triton with and without prompt
+    graphs), on the same weights."""
+    from llamafast.bench.prefill import run_prefill_bench
+    from llamafast.generate import PREFILL_CHUNK
+
+    with clean_errors(), tensor_parallel(tp, device) as ranks:
+        t, lengths, backends = on_every_rank(ranks, lambda: _options(
+            model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_lens, reps, chunk, backend,
+            ranks))
+        with readied(t, readied_as(backends), ranks) as (models, startup):
+            note(attach_comm(ranks, models[0], TPComm.nccl))
+            report = run_prefill_bench(models[0], backends, lengths, reps, pick(chunk, PREFILL_CHUNK))
+            if not emit_json({**report.to_dict(), "kernels_preloaded": startup.kernels_preloaded}, out, json_out):
+                _print_report(report, startup)
+
+
+def _options(model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_lens, reps, chunk, backend,
+             ranks):
+    """The weights, prompt lengths and backends, checked (on every rank alike) before any weights load."""
+    if reps < 1 or (chunk is not None and chunk < 1):
+        raise LlamafastError("--reps and --chunk must be at least 1")
+    t = target(model, tokenizer, random_weights, shape, device, dtype, config, out, ranks)
+    lengths = prompt_lengths(prompt_lens, DEFAULT_LENGTHS, t.config.max_seq_len)
+    backends = backend or ([t.run.backend] if t.run.backend else None)
+    if backends is None:
+        backends = [Backend.triton, Backend.reference] if t.device.type == "cuda" else [Backend.reference]
+    check_backends(backends, t.device, ranks)
+    return t, lengths, backends
+
+
+def _print_report(report: PrefillReport, startup: Startup) -> None:
+    env = report.environment
+    console = stdout_console()
+    console.print(f"{escape(report.model)} {report.dtype} prefill on {env['device']}; torch {env['torch']}, triton "
+                  f"{env['triton']}; chunk {report.chunk} tokens; median of {report.reps} runs{preloaded(startup)}")
+    table = Table("backend", "prompt graphs", "prompt", "ttft ms", "min ms", "prefill tok/s", "TFLOP/s", "vs reference")
+    for r in report.results:
+        table.add_row(r.backend, "yes" if r.prompt_graphs else "no", str(r.prompt_tokens), f"{r.ttft_ms:.2f}",
+                      f"{r.ttft_ms_min:.2f}", f"{r.prefill_tokens_per_s:.0f}", f"{r.tflop_s:.3g}",
+                      "-" if r.speedup is None else f"{r.speedup:.2f}x")
+    console.print(table)

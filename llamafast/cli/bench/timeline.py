@@ -1,0 +1,88 @@
+"""`llamafast bench timeline`: the decode step's kernels where they run, per op and per layer."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from llamafast.cli.bench.shared import (
+    FP8BesideOpt, JsonOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt, readied, target,
+)
+from llamafast.cli.common import (
+    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, pick,
+    stdout_console,
+)
+from llamafast.config import Backend, FP8Format
+from llamafast.errors import LlamafastError
+
+
+def timeline(
+    model: ModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    random_weights: RandomWeightsOpt = False,
+    shape: ShapeOpt = None,
+    device: DeviceOpt = None,
+    dtype: DTypeOpt = None,
+    config: ConfigOpt = None,
+    prompt_len: PromptLenOpt = None,
+    reps: Annotated[int, typer.Option(help="Decode steps profiled (the mean is reported).")] = 10,
+    fp8: FP8BesideOpt = False,
+    fp8_format: FP8FormatOpt = FP8Format.e5m2,
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+):
+    """Profile the triton decode step on a CUDA GPU: each kernel where it runs, with the idle gap before it, per op
+    and per layer."""
+    fmt = fp8_format if fp8 else None
+    with clean_errors():
+        t = target(model, tokenizer, random_weights, shape, device, dtype, config, out)
+        n_prompt = pick(prompt_len, t.run.prompt_len)
+        _check(t, n_prompt, reps)
+        with readied(t, Backend.triton, None, fmt) as (models, _):
+            _report(models, fmt, n_prompt, reps, json_out, out)
+
+
+def _check(t, n_prompt: int, reps: int) -> None:
+    if t.device.type != "cuda":
+        raise LlamafastError("bench timeline profiles the triton decode step's CUDA graph and needs a CUDA GPU")
+    if n_prompt < 1 or reps < 1:
+        raise LlamafastError("--prompt-len and --reps must be at least 1")
+    if n_prompt + reps + 8 > t.config.max_seq_len:  # run_timeline's cache: the prompt, warm-up and profiled steps
+        raise LlamafastError(f"--prompt-len {n_prompt} and --reps {reps} need {n_prompt + reps + 8} positions; the "
+                             f"model's context is {t.config.max_seq_len} tokens")
+
+
+def _report(models, fp8, n_prompt: int, replays: int, json_out: bool, out) -> None:
+    """models: the readied float model and, with --fp8, its FP8 copy; each one's decode step on the triton backend."""
+    from llamafast.bench.timeline import run_timeline
+    from llamafast.measure.common import copy_bandwidth
+
+    device = models[0].model.tok_embeddings.weight.device
+    copy_bw = copy_bandwidth(device)
+    timelines = [run_timeline(lm.model, lm.weights, fp8 if fp8 is not None and lm.weights == fp8.weights else None,
+                              n_prompt, replays, copy_bw)
+                 for lm in models]
+    report = {"model": models[0].source, "prompt_tokens": n_prompt, "timelines": [t.to_dict() for t in timelines]}
+    if emit_json(report, out, json_out):
+        return
+    console = stdout_console()
+    for t in timelines:
+        env = t.environment
+        console.print(f"{escape(report['model'])} {t.weights} weights, decode step at context {t.context} on {env['device']}; "
+                      f"mean of {t.steps} steps; copy bandwidth {t.copy_bw_gb_s:.0f} GB/s")
+        console.print(f"step {t.span_us:.1f} µs = kernels {t.kernel_us:.1f} + gaps {t.gap_us:.1f}; "
+                      f"a middle layer {t.layer_us:.1f} µs")
+        console.print(_table(t))
+
+
+def _table(t) -> Table:
+    table = Table("op", "where", "calls/step", "µs/call", "gap before µs", "µs/step", "share", "GB/s", "% copy BW")
+    for r in t.ops:
+        per_step = r.calls * (r.us + r.gap_us)
+        table.add_row(escape(r.op), r.segment, str(r.calls), f"{r.us:.2f}", f"{r.gap_us:.2f}", f"{per_step:.1f}",
+                      f"{100 * per_step / t.span_us:.1f}%", "-" if r.gb_s is None else f"{r.gb_s:.0f}",
+                      "-" if r.fraction_of_copy_bw is None else f"{100 * r.fraction_of_copy_bw:.1f}")
+    return table
