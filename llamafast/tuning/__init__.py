@@ -94,7 +94,7 @@ def prepare(model: Transformer, timer: Timer | None = None, folder: Path | None 
     where tuning does not apply: LLAMAFAST_TUNE=0, a backend other than triton, a model under MIN_BYTES, tensor
     parallel, or a model off CUDA with no timer given (tests time the interpreter's kernels with their own). folder: instead of
     cache.tune_dir(). ignore_committed: every key is tuned unless the from-scratch file holds it, and nothing
-    joins the tables (scripts/tune_first_use.py compares the result with the committed tables)."""
+    joins the tables (`scripts/tune.py first-use` compares the result with the committed tables)."""
     device = model.tok_embeddings.weight.device
     if not enabled() or model.backend.name != Backend.triton or (timer is None and device.type != "cuda"):
         return None
@@ -150,7 +150,7 @@ def _unwatched():
 @contextlib.contextmanager
 def launches(entries: Entries):
     """The kernels' tables with entries in them, over committed ones too, until the block ends; then the tables
-    as they were (scripts/tune_first_use.py decodes with tuned launches beside the committed ones; tests)."""
+    as they were (`scripts/tune.py first-use` decodes with tuned launches beside the committed ones; tests)."""
     saved = {name: dict(table) for name, table in TABLES.items()}
     for (name, key), entry in entries.items():
         TABLES[name][key] = entry.launch
