@@ -3,7 +3,9 @@
 # cite it (or into OUTDIR). Without a stage, lists them with the machine each needs.
 #   bash scripts/reproduce.sh [STAGE [OUTDIR]]
 # On a GPU image without the project installed, `. scripts/gpu_env.sh` first (scripts/gpu_check.sh does that itself).
-# The CPU stages read the test data from $LLAMAFAST_TESTDATA (default ../shared/testdata).
+# SmolLM2's GGUF comes from the test data, $LLAMAFAST_TESTDATA (default ../shared/testdata). A few stages read more
+# from the environment: fp8 SCRATCH (where the 13.5 GB checkpoint is written), startup TOKENIZER and CHECKPOINT_DIR,
+# gpu-check GPU_CHECK_COMMIT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${LLAMAFAST_TESTDATA:-../shared/testdata}
@@ -18,7 +20,7 @@ STAGES=(
   "fp8-quality|CPU|fp8.md: Quality, SmolLM2 and stories260K|scripts/results/quality"
   "sparse|1 H100|sparse-ffn.md: Speed, per FFN call, its kernel split and launch sweep|scripts/results/sparse"
   "sparse-quality|CPU|sparse-ffn.md: Quality, SmolLM2 and stories260K|scripts/results/sparse/quality"
-  "tp|2 H200|tensor-parallel.md: Results, TP=2 against TP=1 at 7B and 13B, TTFT (7B lines: the first table)|scripts/results/tp/h200x2_2d97baa"
+  "tp|2 H200|tensor-parallel.md: Results, TP=2 (nccl, symm) against TP=1 at 7B and 13B, prompt TTFT|scripts/results/tp/h200x2_2d97baa"
   "tp-floors|1 H200|tensor-parallel.md: the TP=2 floors, and tuning.md's shard launch tables|scripts/results/tp"
   "h200|1 H200|benchmarks.md: H200 (README's H200 rows), fp8.md's 7B and 70B on the H200|scripts/results/h200"
   "smollm2|1 H100|benchmarks.md: SmolLM2-135M on an H100, its kernels and greedy tokens|scripts/results/smollm2"
@@ -27,7 +29,8 @@ STAGES=(
   "gpu-check|1 H100|benchmarks.md: GPU check and the prompt-graph figures (scripts/gpu_check.sh)|scripts/results/gpu_check"
 )
 
-stage_decode() {  # the cold run first, from an empty Triton cache: its start-up is the cold-start cost
+# The cold run first, from an empty Triton cache: its start-up is the cold-start cost; the others find the cache warm.
+stage_decode() {
   export TRITON_CACHE_DIR
   TRITON_CACHE_DIR=$(mktemp -d)
   llamafast bench --config configs/bench-7b.toml --backend triton --out "$1/bench_7b_cold.json" | tee "$1/bench_7b_cold.txt"
