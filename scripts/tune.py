@@ -47,7 +47,7 @@ def timed(fn, sets, replays: int = 20, **launch) -> float | None:
     shared memory), which is reported on stderr."""
     try:
         return time_in_graph(functools.partial(fn, **launch), sets, replays=replays)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 (whatever the compiler raises)
         print(f"  {launch}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
         return None
 
@@ -83,6 +83,7 @@ def decode(a) -> None:
     write(a.out, {"shape": a.shape, "fp8": a.fp8, "copy_bw_gb_s": copy_bw, "environment": environment(CUDA),
                   "rows": rows})
     print(f"{a.shape} bf16 activations, {a.fp8 or 'bf16'} weights, copy bandwidth {copy_bw:.0f} GB/s")
+
     def by_kernel(r):
         return r["kernel"], r.get("context", 0)
 
@@ -193,11 +194,9 @@ def _sparse_sweep(name, config, fp8, copy_bw):
                                                                       [1, 2, 4, 8])
                if 8 <= 32 * bc / (32 * w) <= 128]  # a (G = 32, BLOCK_C) tile per step
     rows, best = [], DEFAULT
-    for stage in ("gather", "scatter"):
-        if stage == "scatter":
-            candidates = [dataclasses.replace(best, splits=s, block_c=bc, scatter_warps=w) for s, bc, w in scatter]
-        else:
-            candidates = gather
+    for stage in ("gather", "scatter"):  # the scatter's candidates keep the best gather launch
+        candidates = gather if stage == "gather" else [
+            dataclasses.replace(best, splits=splits, block_c=bc, scatter_warps=w) for splits, bc, w in scatter]
         results = []
         for cfg in candidates:
             us = timed(spec.kernel, sets, replays=10, configs={key: cfg})
