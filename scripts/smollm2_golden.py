@@ -1,6 +1,7 @@
 """The oracle for llamafast's GGUF support, made once with Hugging Face transformers (fp32, CPU) from the test
 data's SmolLM2-135M-Instruct GGUF: greedy continuations, the tokenizer's ids for tricky strings, and the chat
-template rendered by apply_chat_template. Writes tests/data/golden_smollm2.json.
+template rendered by apply_chat_template. Writes tests/data/golden_smollm2.json, which tests/gguf_models/ and
+`bash scripts/reproduce.sh smollm2` compare against; a new case there is added here and the file remade.
 
     pip install transformers accelerate gguf && python scripts/smollm2_golden.py [--gguf PATH]
 """

@@ -1,6 +1,7 @@
 """Shell to first token, as a user feels it: starts a command (a new process, Python start-up included) and
 times the first byte it writes to stdout (`generate` streams the generated text there and nothing else), and its
-exit; median of --reps runs after --warm unreported ones (page cache and Triton's cache warm).
+exit; median of --reps runs after --warm unreported ones (page cache and Triton's cache warm). The timer of
+docs/benchmarks.md's start-up table (`bash scripts/reproduce.sh startup`); any command's start-up can be timed with it.
 
     python scripts/time_to_first_token.py --reps 3 --out OUT.json -- llamafast generate --model M "Hi" --max-new-tokens 32
 """

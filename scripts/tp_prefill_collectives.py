@@ -1,6 +1,7 @@
 """Which collective prefill uses under tensor parallelism: torch's fused all-gather matmul (symmetric memory, the
 symm-mem recipes' technique) against NCCL all-gather then matmul, at Llama-2-7B TP=2 prompt shapes, and the
-NCCL all-reduce that the Megatron sharding needs instead. Decides tp/comm.py's prompt path; run on 2 GPUs:
+NCCL all-reduce that the Megatron sharding needs instead. It decides tp/comm.py's prompt path (NCCL all-reduces;
+docs/benchmarks.md lists this comparison among what is open). On 2 GPUs:
 
     torchrun --standalone --nproc-per-node 2 scripts/tp_prefill_collectives.py OUT.json
 """
@@ -39,7 +40,7 @@ def main(out: str) -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
-    import torch.distributed._symmetric_memory  # noqa: F401 (registers torch.ops.symm_mem)
+    from torch.distributed import _symmetric_memory  # noqa: F401 (registers torch.ops.symm_mem)
 
     group = dist.group.WORLD.group_name
     rows = []

@@ -33,7 +33,7 @@ class FlashConfig:
     num_stages: int
 
 
-# head_dim -> launch (scripts/tune_prefill.py). H100, bf16: 15.6 us at 512 tokens and 309.8 us at 4,000, 7B
+# head_dim -> launch (`scripts/tune.py prefill`). H100, bf16: 15.6 us at 512 tokens and 309.8 us at 4,000, 7B
 # heads (scripts/results/prefill_kernels_7b.txt, the run of record).
 CONFIGS: dict[int, FlashConfig] = {128: FlashConfig(64, 64, 4, 3)}
 DEFAULT = FlashConfig(64, 64, 4, 2)

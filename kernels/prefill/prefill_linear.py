@@ -17,7 +17,7 @@ from .._common import check_rows, check_vector
 from .rmsnorm_rows import rmsnorm_rows
 from .tiles import TileConfig, matmul
 
-# Row count bound -> launch, shared by wo and w2 (scripts/tune_prefill.py). H100, 7B bf16: wo 35.0 / 194.8 us and
+# Row count bound -> launch, shared by wo and w2 (`scripts/tune.py prefill`). H100, 7B bf16: wo 35.0 / 194.8 us and
 # w2 76.9 / 509.2 us at 512 / 4,000 tokens (scripts/results/prefill_kernels_7b.txt, the run of record).
 CONFIGS: dict[int, TileConfig] = {
     256: TileConfig(64, 64, 64, 4, 4),

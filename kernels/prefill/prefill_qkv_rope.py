@@ -26,7 +26,7 @@ from .launcher import Launcher
 from .rmsnorm_rows import rmsnorm_rows
 from .tiles import TileConfig, matmul
 
-# Row count bound -> matmul launch (scripts/tune_prefill.py). H100, 7B bf16, the whole op (norm, matmul, pass):
+# Row count bound -> matmul launch (`scripts/tune.py prefill`). H100, 7B bf16, the whole op (norm, matmul, pass):
 # 112.1 us at 512 tokens and 748.0 us at 4,000 (scripts/results/prefill_kernels_7b.txt, the run of record).
 CONFIGS: dict[int, TileConfig] = {
     1024: TileConfig(128, 128, 64, 8, 4),

@@ -21,7 +21,7 @@ from .launcher import Launcher
 from .rmsnorm_rows import rmsnorm_rows
 from .tiles import TileConfig, dot_tiles, launch, operands, row_scale, tile_config, tile_offsets
 
-# Row count bound -> launch (scripts/tune_prefill.py). Two fp32 accumulators per tile: a 128 x 128 tile needs
+# Row count bound -> launch (`scripts/tune.py prefill`). Two fp32 accumulators per tile: a 128 x 128 tile needs
 # 8 warps to hold them. H100, 7B bf16: 150.7 us at 512 tokens and 987.8 us at 4,000
 # (scripts/results/prefill_kernels_7b.txt, the run of record).
 CONFIGS: dict[int, TileConfig] = {

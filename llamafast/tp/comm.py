@@ -51,13 +51,14 @@ class SymmComm(NcclComm):
     def __init__(self, ranks: Ranks, vocab_sharded: bool, n_layers: int, dim: int, vocab: int):
         super().__init__(ranks, vocab_sharded)
         self.peers = symmetric_peers(ranks, 2 * n_layers + 1, dim, vocab if vocab_sharded else 0)
+        self.push_configs: dict | None = None  # push_linear's launch table (None: the committed one)
 
     def row_linear(self, ops, x, w: Weight, residual, slot: int):
         if x.shape[0] > 1:
             return super().row_linear(ops, x, w, residual, slot)
         from llamafast.kernels.tp_sync import push_linear
 
-        return push_linear(x, w, self.peers, slot, residual)
+        return push_linear(x, w, self.peers, slot, residual, self.push_configs)
 
     def lm_head(self, ops, x, norm_w, w: Weight, eps, slot: int):
         if x.shape[0] > 1 or not self.vocab_sharded:

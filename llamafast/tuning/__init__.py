@@ -96,7 +96,7 @@ def prepare(model: Transformer, timer: Timer | None = None, folder: Path | None 
     where tuning does not apply: LLAMAFAST_TUNE=0, a backend other than triton, a model under MIN_BYTES, tensor
     parallel, or a model off CUDA with no timer given (tests time the interpreter's kernels with their own). folder: instead of
     cache.tune_dir(). ignore_committed: every key is tuned unless the from-scratch file holds it, and nothing
-    joins the tables (scripts/tune_first_use.py compares the result with the committed tables)."""
+    joins the tables (`scripts/tune.py first-use` compares the result with the committed tables)."""
     device = model.tok_embeddings.weight.device
     if not enabled() or model.backend.name != Backend.triton or (timer is None and device.type != "cuda"):
         return None
@@ -152,7 +152,7 @@ def _unwatched():
 
 
 def override(model: Transformer, entries: Entries) -> None:
-    """entries into model's launch tables, over committed ones too (from-scratch tuning decodes with its own
+    """entries into model's launch tables, over committed ones too (`scripts/tune.py first-use` decodes with its own
     launches beside a model on the committed ones). Set them before an Engine captures the decode graph."""
     for (name, key), entry in entries.items():
         model.backend.launches[name][key] = entry.launch

@@ -1,5 +1,5 @@
 """The launch sweep of the decode kernels: candidate launches, each timed on the kernel registry's inputs at a
-model shape. scripts/tune_kernels.py runs the full grid (the committed CONFIGS tables came out of it); tuning on
+model shape. `scripts/tune.py decode` runs the full grid (the committed CONFIGS tables came out of it); tuning on
 first use (tuning/__init__.py) runs the quick list, small enough for a few seconds per kernel.
 """
 
