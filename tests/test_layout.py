@@ -159,3 +159,13 @@ def test_kernels_import_only_llamafast_config(path):
         if not ok:
             bad.append(f"{_rel(path)}:{line} imports {module}")
     assert not bad, "\n".join(bad)
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists the packages by name: a new one left out works in a checkout and is missing from a
+    wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {_module(p) for p in LLAMAFAST if p.name == "__init__.py"}
+    assert found <= listed, f"not in pyproject.toml's packages: {sorted(found - listed)}"
