@@ -118,9 +118,10 @@ def _handlers(app: FastAPI, max_body: int) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, e: HTTPException):
-        message = {404: f"Unknown request URL: {request.method} {request.url.path}",
-                   405: f"{request.method} is not allowed on {request.url.path}",
-                   413: f"the request body is larger than the server reads ({max_body} bytes)"}.get(e.status_code, str(e.detail))
+        messages = {404: f"Unknown request URL: {request.method} {request.url.path}",
+                    405: f"{request.method} is not allowed on {request.url.path}",
+                    413: f"the request body is larger than the server reads ({max_body} bytes)"}
+        message = messages.get(e.status_code, str(e.detail))
         return JSONResponse(error_body(message), e.status_code, headers=getattr(e, "headers", None))
 
 

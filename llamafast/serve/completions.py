@@ -109,7 +109,7 @@ async def _answer(request: Request, worker: Worker, served: Served, params: Para
     watch = asyncio.create_task(_watch(request, worker, job))
     if body.stream:
         usage_too = body.stream_options is not None and body.stream_options.include_usage
-        events = _stream(job, worker, watch, reply, served, params, usage_too, echo)
+        events = _stream(job, worker, watch, reply, served, params, usage_too, echo, body.return_token_ids)
         return EventSourceResponse(events, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     done = None
     try:
@@ -120,8 +120,9 @@ async def _answer(request: Request, worker: Worker, served: Served, params: Para
             worker.abandon(job)
     out = done.completion
     use = usage(len(out.prompt_ids), _generated(out), done.cached_tokens)
+    ids = {"prompt_token_ids": out.prompt_ids, "token_ids": out.token_ids} if body.return_token_ids else None
     return JSONResponse(reply.final(echo + out.text, out.finish_reason,
-                                    _logprobs(reply, served, params, out.token_ids, out.logprobs, len(echo)), use))
+                                    _logprobs(reply, served, params, out.token_ids, out.logprobs, len(echo)), use, ids))
 
 
 async def _watch(request: Request, worker: Worker, job: Job) -> None:
@@ -146,9 +147,16 @@ async def _finish(job: Job) -> Done:
 
 
 async def _stream(job: Job, worker: Worker, watch: asyncio.Task, reply: Reply, served: Served, params: Params,
-                  usage_too: bool, echo: str) -> AsyncIterator[bytes]:
+                  usage_too: bool, echo: str, with_ids: bool) -> AsyncIterator[bytes]:
     """The SSE stream: the role first (chat), the echoed prompt (completions), a chunk per piece of final text with
-    the logprobs of the tokens it holds, the chunk with finish_reason, usage when asked, then [DONE]."""
+    the logprobs of the tokens it holds, the chunk with finish_reason, usage when asked, then [DONE]. with_ids:
+    each chunk names its tokens (token_ids; the first chunk, prompt_token_ids too)."""
+
+    def ids(tokens: list[int], first: bool = False) -> dict | None:
+        if not with_ids:
+            return None
+        return {"prompt_token_ids": params.prompt_ids, "token_ids": tokens} if first else {"token_ids": tokens}
+
     tokens: list[int] = []
     scores: list[TokenLogprob] = []
     sent = 0  # tokens whose logprobs went out
@@ -156,9 +164,9 @@ async def _stream(job: Job, worker: Worker, watch: asyncio.Task, reply: Reply, s
     ended = False  # the job's last event arrived
     try:
         if reply.chat:
-            yield _event(reply.chunk(role=True, with_usage=usage_too))
-        if echo:
-            yield _event(reply.chunk(echo, with_usage=usage_too))
+            yield _event(reply.chunk(role=True, with_usage=usage_too, extra=ids([], first=True)))
+        if echo or (with_ids and not reply.chat):
+            yield _event(reply.chunk(echo, with_usage=usage_too, extra=ids([], first=True)))
         while True:
             event = await job.events.get()
             ended = isinstance(event, (Done, Failed))
@@ -167,13 +175,15 @@ async def _stream(job: Job, worker: Worker, watch: asyncio.Task, reply: Reply, s
                 scores += event.logprobs
                 if event.text:
                     lp = _logprobs(reply, served, params, tokens[sent:], scores[sent:], offset, tokens[:sent])
+                    chunk = reply.chunk(event.text, lp, with_usage=usage_too, extra=ids(tokens[sent:]))
                     sent, offset = len(tokens), offset + len(event.text)
-                    yield _event(reply.chunk(event.text, lp, with_usage=usage_too))
+                    yield _event(chunk)
             elif isinstance(event, Done) and event.completion.finish_reason != "cancelled":
                 out = event.completion
                 lp = _logprobs(reply, served, params, tokens[sent:], scores[sent:], offset, tokens[:sent]) \
                     if len(tokens) > sent else None
-                yield _event(reply.chunk(logprobs=lp, finish_reason=out.finish_reason, with_usage=usage_too))
+                yield _event(reply.chunk(logprobs=lp, finish_reason=out.finish_reason, with_usage=usage_too,
+                                         extra=ids(tokens[sent:])))
                 if usage_too:
                     yield _event(reply.usage_chunk(usage(len(out.prompt_ids), _generated(out), event.cached_tokens)))
                 break

@@ -53,25 +53,27 @@ class Reply:
     def _head(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def final(self, text: str, finish_reason: str, logprobs: dict | None, use: dict) -> dict:
+    def final(self, text: str, finish_reason: str, logprobs: dict | None, use: dict, extra: dict | None = None) -> dict:
+        """extra: fields added to the choice (return_token_ids' token_ids)."""
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                      "logprobs": logprobs, "finish_reason": FINISH_REASONS[finish_reason]}
+                      "logprobs": logprobs, "finish_reason": FINISH_REASONS[finish_reason], **(extra or {})}
             return {**self._head("chat.completion"), "choices": [choice], "usage": use}
-        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": FINISH_REASONS[finish_reason]}
+        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": FINISH_REASONS[finish_reason],
+                  **(extra or {})}
         return {**self._head("text_completion"), "choices": [choice], "usage": use}
 
     def chunk(self, text: str | None = None, logprobs: dict | None = None, finish_reason: str | None = None,
-              role: bool = False, with_usage: bool = False) -> dict:
+              role: bool = False, with_usage: bool = False, extra: dict | None = None) -> dict:
         """A stream chunk: text (the chat's first chunk carries the role), or the end with finish_reason. With
         stream_options.include_usage every chunk has usage null but the last (usage_chunk)."""
         reason = FINISH_REASONS[finish_reason] if finish_reason else None
         if self.chat:
             delta = {"role": "assistant", "content": ""} if role else ({} if text is None else {"content": text})
-            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason, **(extra or {})}
             body = {**self._head("chat.completion.chunk"), "choices": [choice]}
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": reason}
+            choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": reason, **(extra or {})}
             body = {**self._head("text_completion"), "choices": [choice]}
         return {**body, "usage": None} if with_usage else body
 

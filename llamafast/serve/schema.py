@@ -70,6 +70,7 @@ class _Generation(_Body):
     n: int = 1
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    return_token_ids: bool = False  # vLLM's extension: the prompt's and the completion's token ids in the choice
 
     @field_validator("stop")
     @classmethod
