@@ -32,6 +32,9 @@ from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 PREFILL_CHUNK = 2048
 # The most alternatives recorded per token with logprobs: OpenAI's top_logprobs ranges over 0..20.
 MAX_TOP_LOGPROBS = 20
+# Decode graphs an Engine keeps, one per way of sampling, the least recently used dropped past it: a server's
+# clients mostly send a few fixed settings, and each graph holds its own memory pool.
+MAX_DECODE_GRAPHS = 8
 
 
 class Engine:
@@ -160,15 +163,23 @@ class Engine:
     def decode(self) -> None:
         """Feeds self.token at self.pos and samples the next one into self.token."""
         if self.mode == "graph":
-            key = (dataclasses.replace(self.sampling, seed=None), self.top_logprobs)
-            graph = self._graphs.get(key)
+            key = self.graph_key()
+            graph = self._graphs.pop(key, None)
             if graph is None:
-                graph = self._graphs[key] = self._capture()
+                if len(self._graphs) >= MAX_DECODE_GRAPHS:
+                    del self._graphs[next(iter(self._graphs))]  # the least recently used
+                graph = self._capture()
+            self._graphs[key] = graph  # last in the dict: the most recently used
             graph.replay()
         else:
             step = self._compiled or self._next_token
             self._advance(step(self.token, self.pos, self.seen), 1)
         self.n_cached += 1
+
+    def graph_key(self) -> tuple:
+        """What a decode graph bakes in: every sampling setting but the seed (the generator's state is read at each
+        replay), and the logprobs recorded."""
+        return (*dataclasses.astuple(dataclasses.replace(self.sampling, seed=None)), self.top_logprobs)
 
     def _capture(self) -> torch.cuda.CUDAGraph:
         """Captures one whole decode step (all layers, sampling, the state update) as a CUDA graph.

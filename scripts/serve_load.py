@@ -9,7 +9,7 @@ call: the figures docs/benchmarks.md cites for the server.
 3. a --turns conversation through /v1/chat/completions, resent whole each turn as chat clients do: each turn's
    time to its first token and the prompt tokens it found cached (prefix reuse).
 
-Prints a table and the issue's targets, writes JSON to --out. Llama-2-7B random weights on one GPU:
+Prints a table and the server's aims, writes JSON to --out. Llama-2-7B random weights on one GPU:
 
     PYTHONPATH=. python scripts/make_random_checkpoint.py --shape llama-2-7b --tokenizer T /tmp/7b
     python scripts/serve_load.py --model /tmp/7b --out scripts/results/serve/h100.json
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import httpx
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
-# The targets: client decode at least 97% of generate's, first token of a 512-token prompt in at most
-# 20 ms, later turns of a conversation in at most 15 ms.
+# The server's aims (docs/benchmarks.md): client decode at least 97% of generate's, first token of a 512-token
+# prompt in at most 20 ms, later turns of a conversation in at most 15 ms.
 TARGETS = {"decode_ratio": 0.97, "ttft_ms": 20.0, "later_turn_ttft_ms": 15.0}
 
 

@@ -151,3 +151,30 @@ def test_engine_sampling_is_set_per_completion(stories):
     again = generate(engine, lm.tokenizer, prompt, 10)
     fresh = generate(Engine(lm.model, SamplingConfig(temperature=0), 64), lm.tokenizer, prompt, 10)
     assert again.token_ids == fresh.token_ids and again.logprobs == []
+
+
+def test_decode_graphs_are_kept_per_sampling(stories, monkeypatch):
+    """On CUDA a decode graph holds its sampling settings as constants: one graph per way of sampling (not per
+    seed), the least recently used dropped past MAX_DECODE_GRAPHS. Checked with stand-in graphs on the CPU."""
+    from llamafast import generate as gen
+
+    captured = []
+
+    class Graph:
+        def replay(self):
+            pass
+
+    engine = Engine(stories.model, SamplingConfig(), 64)
+    engine.mode = "graph"
+    monkeypatch.setattr(engine, "_capture", lambda: captured.append(engine.graph_key()) or Graph())
+    for seed in (1, 2):
+        engine.configure(SamplingConfig(seed=seed))
+        engine.decode()
+    assert len(captured) == 1  # the seed is not baked in
+    engine.configure(SamplingConfig(), top_logprobs=3)
+    engine.decode()
+    for t in range(gen.MAX_DECODE_GRAPHS):
+        engine.configure(SamplingConfig(temperature=0.1 * (t + 1)))
+        engine.decode()
+    assert len(engine._graphs) == gen.MAX_DECODE_GRAPHS and len(captured) == 2 + gen.MAX_DECODE_GRAPHS
+    assert engine.graph_key() in engine._graphs and captured[0] not in engine._graphs  # least recent gone

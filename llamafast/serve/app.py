@@ -139,7 +139,7 @@ class Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope["path"]
-        endpoint = path if path in ROUTES or path.startswith("/v1/models/") else "other"
+        endpoint = path if path in ROUTES else "/v1/models/{id}" if path.startswith("/v1/models/") else "other"
         status = {}
 
         async def counted(message):

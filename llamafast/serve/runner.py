@@ -58,11 +58,13 @@ class Runner:
         self.engine, self.tok, self.metrics = engine, tokenizer, metrics
         self.cache = PromptCache(engine)
 
-    def warm(self) -> None:
-        """Captures the decode graph for greedy sampling and the prompt buckets, then forgets what it ran."""
+    def warm(self, sampling: SamplingConfig) -> None:
+        """Captures the decode graphs of greedy sampling and of the server's default sampling, and the prompt
+        buckets' graphs, then forgets what it ran."""
         bos = self.tok.bos_id if self.tok.bos_id >= 0 else self.tok.eos_id
-        self.engine.configure(SamplingConfig(temperature=0))
-        fill_completion(self.engine, self.tok, Completion([bos]), 3)
+        for way in (SamplingConfig(temperature=0), sampling):
+            self.engine.configure(way)
+            fill_completion(self.engine, self.tok, Completion([bos]), 3)
         self.engine.warm_prompts(tuple(m for m in WARM_BUCKETS if m < self.engine.max_seq_len))
         self.cache.ids = []
 
@@ -129,7 +131,7 @@ def open_runner(setup: ModelSetup, sampling: SamplingConfig, metrics: Metrics, h
         context = setup.context or setup.opened.config.max_seq_len
         engine = Engine(lm.model, sampling, context, n_vocab=setup.opened.tokenizer.vocab_size)
         runner = Runner(engine, setup.opened.tokenizer, metrics)
-        runner.warm()
+        runner.warm(sampling)
         yield runner
 
 
