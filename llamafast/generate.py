@@ -251,7 +251,7 @@ def stream_tokens(engine: Engine, prompt_ids: list[int], max_new_tokens: int, st
     k = engine.top_logprobs if logprobs is not None else None
     width = 1 + 2 * k if k is not None else 0  # the part of engine.scores that holds this token's numbers
     bufs = [torch.empty(1, dtype=torch.long, pin_memory=on_gpu) for _ in range(2)]
-    score_bufs = [torch.empty(width, dtype=torch.float32, pin_memory=on_gpu) for _ in range(2)]
+    score_bufs = [torch.empty(width, dtype=torch.float32, pin_memory=on_gpu) for _ in range(2)] if width else []
     events = [torch.cuda.Event() if on_gpu else None for _ in range(2)]
     for i in range(max_new_tokens):
         buf, ev = bufs[i % 2], events[i % 2]

@@ -124,6 +124,8 @@ class Runner:
 def open_runner(setup: ModelSetup, sampling: SamplingConfig, metrics: Metrics, hooks: Hooks) -> Iterator[Runner]:
     """Loads the model through ready() on the calling thread (the engine thread), builds its Engine with a KV
     cache of setup.context positions, and warms it up."""
+    if setup.device.type == "cuda" and setup.device.index is not None:
+        torch.cuda.set_device(setup.device)  # a thread's own current device: where graphs capture, Triton launches
     with ready(setup.opened, setup.device, setup.dtype, setup.backend, setup.fp8, before_tuning=hooks.before_tuning,
                warn=hooks.warn) as (lm, startup):
         hooks.on_startup(startup)

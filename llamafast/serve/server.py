@@ -96,11 +96,11 @@ def serve(setup: ModelSetup, sampling: SamplingConfig, options: ServeOptions, so
     server: _Server | None = None
 
     def on_state(state: str) -> None:  # on the engine thread
-        loop = server.loop
-        if state == "ready":
-            loop.call_soon_threadsafe(on_ready)
-        elif state == "failed":
-            loop.call_soon_threadsafe(server.stop)
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the server has stopped already
+            if state == "ready" and not server.should_exit:  # a model ready after SIGTERM is not announced
+                server.loop.call_soon_threadsafe(on_ready)
+            elif state == "failed":
+                server.loop.call_soon_threadsafe(server.stop)
 
     worker = Worker(lambda: open_runner(setup, sampling, metrics, hooks), options.max_queue, metrics, on_state)
     app = create_app(served, worker, metrics, options.max_body)
