@@ -16,6 +16,7 @@ import torch
 
 from llamafast.errors import LlamafastError
 from llamafast.generate import Completion, Engine, fill_completion
+from llamafast.prompt_cache import PromptCache
 from llamafast.tokenizers import Tokenizer
 
 
@@ -58,9 +59,14 @@ class ChatSession:
         seed = engine.sampling.seed
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
         torch.manual_seed(self.seed)
-        self.cached: list[int] = []  # ids at cache positions 0..len-1; shorter than the truth is fine, wrong is not
+        self.cache = PromptCache(engine)
         self.total_generated = 0  # reply tokens over the whole session, resets included
         self.reset()
+
+    @property
+    def cached(self) -> list[int]:
+        """The ids at cache positions 0..len-1."""
+        return self.cache.ids
 
     @property
     def context_size(self) -> int:
@@ -85,15 +91,13 @@ class ChatSession:
         during the reply ends it ("interrupted"), keeping the text so far; the session stays usable. A message
         that cannot fit the context with max_new_tokens, even with every earlier turn dropped, is refused."""
         messages, dropped, ids = self._fit({"role": "user", "content": user_text})
-        reuse = min(_common_prefix(self.cached, ids), len(ids) - 1)  # prefill needs one token to run
-        self.cached = self.cached[:reuse]  # true whatever happens next
+        reuse = self.cache.reuse(ids)
         out = Completion(ids)
-        self.engine.n_cached = reuse  # from here the engine's count is the truth (see _fed)
         try:
             fill_completion(self.engine, self.tok, out, self.max_new_tokens, self.stop, on_text, start=reuse)
         except KeyboardInterrupt:
             out.finish_reason = "interrupted"
-        self.cached = self._fed(out)
+        self.cache.record(out, self.tok.eos_id)
         done = ChatReply(out.text, out.token_ids, out.finish_reason, len(ids), reuse, len(ids) - reuse, out.ttft_s,
                          out.decode_s, out.decode_tokens, dropped)
         answer = {"role": "assistant", "content": out.text}
@@ -146,22 +150,7 @@ class ChatSession:
             f"it does not fit the context of {self.context_size} tokens"
         )
 
-    def _fed(self, out: Completion) -> list[int]:
-        """The ids whose K/V the cache now holds: the prompt, then the reply tokens (EOS too) that decode steps
-        fed. engine.n_cached counts positions written; a token the host had still to record when an interrupt
-        arrived makes the list shorter than that count, never wrong."""
-        eos = [self.tok.eos_id] if out.finish_reason == "eos" else []
-        return (out.prompt_ids + out.token_ids + eos)[: self.engine.n_cached]
-
 
 def _turns(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     return [m for m in messages if m["role"] != "system"]
 
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

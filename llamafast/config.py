@@ -252,6 +252,10 @@ class SamplingConfig:
     top_p: float = 0.9  # 1.0 disables
     repetition_penalty: float = 1.0  # 1.0 disables; CTRL's paper suggests 1.2
     seed: int | None = None  # None draws one and reports it
+    # OpenAI's penalties, subtracted from the logits of the tokens sampled so far (not the prompt's): the frequency
+    # penalty once per occurrence, the presence penalty once per token that occurred; 0 disables.
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
 
     def validate(self) -> None:
         """Infinite temperatures and penalties are refused rather than given a meaning: inf / inf is NaN in
@@ -263,6 +267,8 @@ class SamplingConfig:
             (PENALTY_MIN <= self.repetition_penalty <= PENALTY_MAX,
              f"--repetition-penalty must be in [{PENALTY_MIN:g}, {PENALTY_MAX:g}] (1 disables; above 1 discourages "
              "repeats)"),
+            (-2 <= self.frequency_penalty <= 2, "frequency_penalty must be in [-2, 2] (0 disables)"),
+            (-2 <= self.presence_penalty <= 2, "presence_penalty must be in [-2, 2] (0 disables)"),
         ]
         for ok, message in checks:
             if not ok:

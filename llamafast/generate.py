@@ -1,13 +1,15 @@
 """Generation: prefill, one decode step at a time on the device, and the streaming loop around it.
 
-The Engine keeps the current token, its position and the seen-token mask on the device; a decode step
-reads them and writes the next token in place, so the host only ever reads token ids back, one step
+The Engine keeps the current token, its position, the seen-token mask and the sampled-token counts on the device;
+a decode step reads them and writes the next token in place, so the host only ever reads token ids back, one step
 behind the GPU (the next step is queued before the host waits for the current token; only the first new token,
-sampled by prefill, goes out before any decode step is queued).
+sampled by prefill, goes out before any decode step is queued). How it samples, and whether it records logprobs,
+can change from one completion to the next (Engine.configure: a server's requests each bring their own).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +21,7 @@ from llamafast.config import SamplingConfig
 from llamafast.errors import LlamafastError
 from llamafast.model import Transformer
 from llamafast.prompt_graph import PromptGraphs
-from llamafast.sampling import sample
+from llamafast.sampling import sample, uses_counts
 from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 
 
@@ -28,6 +30,11 @@ from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 # (scripts/results/tune_prefill.txt, the run of record): 2048 is within 2% of one pass with half the activations
 # per pass; 1024 is 7% slower.
 PREFILL_CHUNK = 2048
+# The most alternatives recorded per token with logprobs: OpenAI's top_logprobs ranges over 0..20.
+MAX_TOP_LOGPROBS = 20
+# Decode graphs an Engine keeps, one per way of sampling, the least recently used dropped past it: a server's
+# clients mostly send a few fixed settings, and each graph holds its own memory pool.
+MAX_DECODE_GRAPHS = 8
 
 
 class Engine:
@@ -50,13 +57,20 @@ class Engine:
         self.token = torch.zeros(1, dtype=torch.long, device=device)  # (1,) last sampled token
         self.pos = torch.zeros((), dtype=torch.long, device=device)  # position of self.token
         self.seen = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)  # for the penalty
+        # Tokens sampled since the prompt, each counted, for OpenAI's frequency and presence penalties.
+        self.counts = torch.zeros(model.config.vocab_size, dtype=torch.int32, device=device)
+        self.top_logprobs: int | None = None  # alternatives recorded with each token's logprob; None: no logprobs
+        # The last sampled token's log-softmax, then the ids of the top_logprobs most likely tokens (exact in fp32
+        # below 2^24), then theirs: (1 + 2 * MAX_TOP_LOGPROBS,), written by each step when logprobs are on.
+        self.scores = torch.zeros(1 + 2 * MAX_TOP_LOGPROBS, dtype=torch.float32, device=device)
         # Host-side count of cache positions that hold the current sequence (0..n_cached-1), kept without a sync:
         # prefill sets it, each decode step adds the token it fed. Raised only after the work is queued, so a
         # KeyboardInterrupt mid-step leaves it short, never long (a chat reusing the cache relies on that).
         self.n_cached = 0
         self.finite = False  # the first prompt's logits were checked and finite (check_finite)
         self._compiled = None
-        self._graph: torch.cuda.CUDAGraph | None = None
+        # One decode graph per way of sampling: a graph holds the sampling settings as constants.
+        self._graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         if self.mode == "graph" and device.type != "cuda":
             self.mode = "eager"  # the kernels under TRITON_INTERPRET=1 on the CPU: no graphs there
         if model.cache_len != max_seq_len:
@@ -67,8 +81,30 @@ class Engine:
             _inductor_settings()
             self._compiled = torch.compile(self._next_token, mode="reduce-overhead", fullgraph=True)
 
+    def configure(self, sampling: SamplingConfig, top_logprobs: int | None = None) -> None:
+        """Samples the next prefill's tokens with sampling, and records each one's logprob and top_logprobs
+        alternatives (None: no logprobs); a server sets them per request. Each new combination captures its own
+        decode graph on first use."""
+        if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs {top_logprobs} must be in [0, {MAX_TOP_LOGPROBS}]")
+        self.sampling, self.top_logprobs = sampling, top_logprobs
+
     def _next_token(self, token: torch.Tensor, pos: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
-        return sample(self.model(token, pos)[0], seen, self.sampling, self.n_vocab)
+        return self._pick(self.model(token, pos)[0], seen)
+
+    def _pick(self, logits: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
+        """logits (V,) -> the sampled token (1,); with logprobs on, its log-softmax and the top alternatives go
+        to self.scores. The logprobs are the model's own distribution, before penalties and temperature."""
+        token = sample(logits, seen, self.sampling, self.n_vocab, self.counts)
+        k = self.top_logprobs
+        if k is not None:
+            logprobs = torch.log_softmax(logits[: self.n_vocab].float(), dim=-1)  # (V,)
+            self.scores[:1].copy_(logprobs.gather(0, token))
+            if k:
+                top = torch.topk(logprobs, k)
+                self.scores[1 : 1 + k].copy_(top.indices.float())
+                self.scores[1 + k : 1 + 2 * k].copy_(top.values)
+        return token
 
     @torch.no_grad()
     def prefill(self, ids: list[int], start: int = 0) -> None:
@@ -83,10 +119,11 @@ class Engine:
         self.pos.fill_(start)
         self.seen.zero_()
         self.seen[tokens] = True
+        self.counts.zero_()
         logits = self.prompt_logits(tokens[start:], start)
         if not self.finite:
             self.check_finite(logits)
-        self._advance(sample(logits[0], self.seen, self.sampling, self.n_vocab), len(ids) - start)
+        self._advance(self._pick(logits[0], self.seen), len(ids) - start)
         self.n_cached = len(ids)
 
     def check_finite(self, logits: torch.Tensor) -> None:
@@ -126,29 +163,43 @@ class Engine:
     def decode(self) -> None:
         """Feeds self.token at self.pos and samples the next one into self.token."""
         if self.mode == "graph":
-            if self._graph is None:
-                self._graph = self._capture()
-            self._graph.replay()
+            key = self.graph_key()
+            graph = self._graphs.pop(key, None)
+            if graph is None:
+                if len(self._graphs) >= MAX_DECODE_GRAPHS:
+                    del self._graphs[next(iter(self._graphs))]  # the least recently used
+                graph = self._capture()
+            self._graphs[key] = graph  # last in the dict: the most recently used
+            graph.replay()
         else:
             step = self._compiled or self._next_token
             self._advance(step(self.token, self.pos, self.seen), 1)
         self.n_cached += 1
 
+    def graph_key(self) -> tuple:
+        """What a decode graph bakes in: every sampling setting but the seed (the generator's state is read at each
+        replay), and the logprobs recorded."""
+        return (*dataclasses.astuple(dataclasses.replace(self.sampling, seed=None)), self.top_logprobs)
+
     def _capture(self) -> torch.cuda.CUDAGraph:
         """Captures one whole decode step (all layers, sampling, the state update) as a CUDA graph.
 
         One eager step on a side stream first compiles the Triton kernels (cached on disk across runs)
-        and settles the allocator; the state it advanced is then restored. That step writes the KV cache
-        only at self.pos, which the first replay rewrites.
+        and settles the allocator; the state it advanced is then restored, the random generator's too, so that a
+        seed draws the same tokens whether this step captures a graph or replays one captured earlier (a server
+        replays the graphs of earlier requests). That step writes the KV cache only at self.pos, which the first
+        replay rewrites.
         """
-        saved = (self.token.clone(), self.pos.clone(), self.seen.clone())
+        state = (self.token, self.pos, self.seen, self.counts, self.scores)
+        saved, rng = [t.clone() for t in state], torch.cuda.get_rng_state(self.token.device)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             self._advance(self._next_token(self.token, self.pos, self.seen), 1)
         torch.cuda.current_stream().wait_stream(side)
-        for live, old in zip((self.token, self.pos, self.seen), saved):
+        for live, old in zip(state, saved):
             live.copy_(old)
+        torch.cuda.set_rng_state(rng, self.token.device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._advance(self._next_token(self.token, self.pos, self.seen), 1)
@@ -157,6 +208,8 @@ class Engine:
     def _advance(self, nxt: torch.Tensor, n: int) -> None:
         self.token.copy_(nxt)
         self.seen.index_fill_(0, self.token, True)
+        if uses_counts(self.sampling):
+            self.counts.index_add_(0, self.token, torch.ones_like(self.counts[:1]))
         self.pos.add_(n)
 
 
@@ -179,25 +232,44 @@ def _inductor_settings() -> None:
     inductor.fx_graph_cache = True
 
 
-def stream_tokens(engine: Engine, prompt_ids: list[int], max_new_tokens: int, start: int = 0) -> Iterator[int]:
+@dataclass
+class TokenLogprob:
+    """A sampled token's log-probability under the model, and the most likely tokens at its position."""
+
+    logprob: float
+    top: list[tuple[int, float]]  # (id, logprob), most likely first
+
+
+def stream_tokens(engine: Engine, prompt_ids: list[int], max_new_tokens: int, start: int = 0,
+                  logprobs: list[TokenLogprob] | None = None) -> Iterator[int]:
     """Yields new token ids as they reach the host. The first one goes out as soon as prefill sampled it, before
     the first decode step (which captures the CUDA graph: seconds at 7B on a cold start); from the second on,
-    one decode step is kept queued ahead of the host. start: as Engine.prefill's."""
+    one decode step is kept queued ahead of the host. start: as Engine.prefill's. logprobs: with the engine's
+    top_logprobs set, each token's TokenLogprob is appended to it before the token is yielded."""
     engine.prefill(prompt_ids, start)
     on_gpu = engine.token.is_cuda
+    k = engine.top_logprobs if logprobs is not None else None
+    width = 1 + 2 * k if k is not None else 0  # the part of engine.scores that holds this token's numbers
     bufs = [torch.empty(1, dtype=torch.long, pin_memory=on_gpu) for _ in range(2)]
+    score_bufs = [torch.empty(width, dtype=torch.float32, pin_memory=on_gpu) for _ in range(2)] if width else []
     events = [torch.cuda.Event() if on_gpu else None for _ in range(2)]
     for i in range(max_new_tokens):
         buf, ev = bufs[i % 2], events[i % 2]
         if i == 1:
             engine.decode()  # token 1, held back until token 0 was handed out
         buf.copy_(engine.token, non_blocking=on_gpu)
+        if width:
+            score_bufs[i % 2].copy_(engine.scores[:width], non_blocking=on_gpu)
         if ev is not None:
             ev.record()
         if 0 < i < max_new_tokens - 1:
             engine.decode()
         if ev is not None:
             ev.synchronize()
+        if width:
+            values = score_bufs[i % 2].tolist()
+            top = [(int(t), lp) for t, lp in zip(values[1 : 1 + k], values[1 + k :])]
+            logprobs.append(TokenLogprob(values[0], top))
         yield int(buf[0])
 
 
@@ -212,6 +284,7 @@ class Completion:
     first_step_s: float = 0.0  # first to second new token: the first decode step, which captures the CUDA graph
     decode_s: float = 0.0  # second to last new token
     decode_tokens: int = 0  # tokens timed by decode_s (the first belongs to ttft, the second to first_step_s)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # with the engine's top_logprobs set: one per token
 
     @property
     def decode_tokens_per_s(self) -> float | None:
@@ -276,7 +349,8 @@ def fill_completion(
     t0 = _sync_time(engine)
     t_first = t_second = t0
     received = 0
-    for token in stream_tokens(engine, out.prompt_ids, max_new_tokens, start):
+    logprobs = out.logprobs if engine.top_logprobs is not None else None  # an EOS that ends it has one too
+    for token in stream_tokens(engine, out.prompt_ids, max_new_tokens, start, logprobs):
         now = time.perf_counter()
         if received == 0:
             t_first, out.ttft_s = now, now - t0

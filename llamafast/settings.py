@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from llamafast.errors import SharedError
@@ -30,6 +30,9 @@ class Settings:
     preload: bool = True  # LLAMAFAST_PRELOAD: preload the kernels an earlier run of the same model loaded
     load_threads: int = DEFAULT_LOAD_THREADS  # LLAMAFAST_LOAD_THREADS: reader threads that stage weights
     tp_timeout_s: float = DEFAULT_TP_TIMEOUT_S  # LLAMAFAST_TP_TIMEOUT: seconds a rank waits for the others
+    # LLAMAFAST_API_KEY: the key `llamafast serve` requires when --api-key is not given; a variable keeps it out of
+    # the process list (ps shows arguments to every user of the machine).
+    api_key: str | None = field(default=None, repr=False)
 
 
 def settings() -> Settings:
@@ -48,6 +51,7 @@ def _parse(items: tuple[tuple[str, str], ...]) -> Settings:
         preload=_switch(env, "LLAMAFAST_PRELOAD"),
         load_threads=_count(env, "LLAMAFAST_LOAD_THREADS", DEFAULT_LOAD_THREADS, 64),
         tp_timeout_s=_seconds(env, "LLAMAFAST_TP_TIMEOUT", DEFAULT_TP_TIMEOUT_S),
+        api_key=env.get("LLAMAFAST_API_KEY") or None,  # set but empty: as if unset
     )
 
 

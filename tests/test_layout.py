@@ -23,8 +23,9 @@ FLOORS = [
     ("tokenizers", ["llamafast.tokenizers"]),
     ("tuning", ["llamafast.tuning"]),
     ("load", ["llamafast.load"]),
-    ("runtime", ["llamafast.runtime", "llamafast.generate", "llamafast.prompt_graph", "llamafast.chat", "llamafast.tp"]),
-    ("tools", ["llamafast.bench", "llamafast.tools"]),
+    ("runtime", ["llamafast.runtime", "llamafast.generate", "llamafast.prompt_graph", "llamafast.prompt_cache",
+                 "llamafast.chat", "llamafast.tp"]),
+    ("tools", ["llamafast.bench", "llamafast.tools", "llamafast.serve"]),
     ("cli", ["llamafast.cli", "llamafast.__main__"]),
 ]
 KERNELS = sorted((ROOT / "kernels").rglob("*.py"))

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from llamafast.config import SamplingConfig
-from llamafast.generate import Engine, generate
+from llamafast.generate import Completion, Engine, fill_completion, generate
 from llamafast.load import load_model
-from llamafast.sampling import apply_repetition_penalty, sample, top_p_filter
+from llamafast.sampling import apply_openai_penalties, apply_repetition_penalty, sample, top_p_filter
 
 PROBS = torch.tensor([0.05, 0.5, 0.15, 0.3])
 
@@ -97,3 +97,84 @@ def test_repetition_penalty_reduces_repeats(stories):
     greedy.repetition_penalty = 1.3
     penalised = generate(Engine(lm.model, greedy, 201), lm.tokenizer, [1], 200).token_ids
     assert len(set(penalised)) > len(set(plain))
+
+
+def test_openai_penalties_subtract_per_count_and_per_presence():
+    """OpenAI's formula: logit - count * frequency - (count > 0) * presence."""
+    logits = torch.tensor([1.0, 1.0, 1.0])
+    counts = torch.tensor([0, 1, 3], dtype=torch.int32)
+    assert apply_openai_penalties(logits, counts, 0.5, 0.25).tolist() == [1.0, 0.25, -0.75]
+
+
+def test_frequency_penalty_counts_sampled_tokens_only(stories):
+    """The engine counts the tokens it samples (not the prompt's): a strong frequency penalty makes greedy
+    stories260K stop repeating; the prompt's own tokens stay as likely as they were."""
+    lm = stories
+    prompt = lm.tokenizer.encode("Lily was sad. Lily was sad. Lily")
+    plain = generate(Engine(lm.model, SamplingConfig(temperature=0), 160), lm.tokenizer, prompt, 120).token_ids
+    cfg = SamplingConfig(temperature=0, frequency_penalty=2.0)
+    penalised = generate(Engine(lm.model, cfg, 160), lm.tokenizer, prompt, 120).token_ids
+    assert len(set(penalised)) > len(set(plain))
+    assert penalised[0] == plain[0]  # nothing sampled yet: no penalty, even on the prompt's repeats
+
+
+def test_logprobs_are_the_models_log_softmax(stories):
+    """Each token's logprob and its top alternatives equal log_softmax of the model's logits at its position
+    (one forward pass over the whole sequence), whatever the sampling (temperature, penalties)."""
+    lm = stories
+    engine = Engine(lm.model, SamplingConfig(), 64)
+    engine.configure(SamplingConfig(temperature=0.8, top_p=0.9, seed=3, frequency_penalty=0.5), top_logprobs=5)
+    prompt = lm.tokenizer.encode("Once upon a time")
+    torch.manual_seed(3)
+    out = Completion(prompt)
+    fill_completion(engine, lm.tokenizer, out, 12)
+    tokens = out.token_ids + ([lm.tokenizer.eos_id] if out.finish_reason == "eos" else [])
+    assert len(out.logprobs) == len(tokens) == 12
+    with torch.no_grad():
+        logits = lm.model(torch.tensor(prompt + tokens), torch.zeros((), dtype=torch.long), all_logits=True)  # (S, V)
+    want = torch.log_softmax(logits.float(), dim=-1)[len(prompt) - 1 : -1]  # the positions that sampled tokens
+    for i, (token, got) in enumerate(zip(tokens, out.logprobs)):
+        assert got.logprob == pytest.approx(want[i, token].item(), abs=1e-4)
+        top = torch.topk(want[i], 5)
+        assert [t for t, _ in got.top] == top.indices.tolist()
+        assert [lp for _, lp in got.top] == pytest.approx(top.values.tolist(), abs=1e-4)
+
+
+def test_engine_sampling_is_set_per_completion(stories):
+    """configure() changes how the next completion samples on the same Engine: greedy there equals greedy on a
+    fresh Engine, and logprobs off again record nothing."""
+    lm = stories
+    prompt = lm.tokenizer.encode("Once upon a time")
+    engine = Engine(lm.model, SamplingConfig(temperature=1.0, seed=1), 64)
+    generate(engine, lm.tokenizer, prompt, 10)
+    engine.configure(SamplingConfig(temperature=0), top_logprobs=None)
+    again = generate(engine, lm.tokenizer, prompt, 10)
+    fresh = generate(Engine(lm.model, SamplingConfig(temperature=0), 64), lm.tokenizer, prompt, 10)
+    assert again.token_ids == fresh.token_ids and again.logprobs == []
+
+
+def test_decode_graphs_are_kept_per_sampling(stories, monkeypatch):
+    """On CUDA a decode graph holds its sampling settings as constants: one graph per way of sampling (not per
+    seed), the least recently used dropped past MAX_DECODE_GRAPHS. Checked with stand-in graphs on the CPU."""
+    from llamafast import generate as gen
+
+    captured = []
+
+    class Graph:
+        def replay(self):
+            pass
+
+    engine = Engine(stories.model, SamplingConfig(), 64)
+    engine.mode = "graph"
+    monkeypatch.setattr(engine, "_capture", lambda: captured.append(engine.graph_key()) or Graph())
+    for seed in (1, 2):
+        engine.configure(SamplingConfig(seed=seed))
+        engine.decode()
+    assert len(captured) == 1  # the seed is not baked in
+    engine.configure(SamplingConfig(), top_logprobs=3)
+    engine.decode()
+    for t in range(gen.MAX_DECODE_GRAPHS):
+        engine.configure(SamplingConfig(temperature=0.1 * (t + 1)))
+        engine.decode()
+    assert len(engine._graphs) == gen.MAX_DECODE_GRAPHS and len(captured) == 2 + gen.MAX_DECODE_GRAPHS
+    assert engine.graph_key() in engine._graphs and captured[0] not in engine._graphs  # least recent gone

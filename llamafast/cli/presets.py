@@ -48,6 +48,7 @@ _KINDS = {
     "model": str, "tokenizer": str, "shape": str, "device": str, "random_weights": bool, "dtype": DType,
     "backend": Backend, "max_new_tokens": int, "prompt_len": int,
     "temperature": float, "top_k": int, "top_p": float, "repetition_penalty": float, "seed": int,
+    "frequency_penalty": float, "presence_penalty": float,
 }
 _KIND_NAMES = {str: "a string", bool: "true or false", int: "an integer", float: "a number"}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import struct
 import tempfile
 from collections.abc import Callable
@@ -189,3 +190,17 @@ def untied_without_head(tmp: Path) -> Path:
     del tensors["lm_head.weight"]
     save_file(tensors, folder / "model.safetensors")
     return folder
+
+
+# --- serve ------------------------------------------------------------------------------------------------------
+
+_HELD: list[socket.socket] = []  # listening sockets kept open while the cases run
+
+
+def busy_port(tmp: Path) -> list[str]:
+    """serve's arguments for a port another socket already listens on."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    _HELD.append(held)
+    return ["--port", str(held.getsockname()[1]), "--device", "cpu"]

@@ -13,8 +13,9 @@ from llamafast.load import bundled_model
 
 from ..conftest import LLAMA2C
 from .bad_input_files import (
-    CALIBRATION, RANK0_OF_2, bin_header, chat, converted, copy_bundled, file, gguf, gguf_nan, hf, hf_json_tokenizer,
-    hf_tokenizer_config, meta, pickle_pth, preset, sparsified, sparsify_args, truncate, untied_without_head,
+    CALIBRATION, RANK0_OF_2, bin_header, busy_port, chat, converted, copy_bundled, file, gguf, gguf_nan, hf,
+    hf_json_tokenizer, hf_tokenizer_config, meta, pickle_pth, preset, sparsified, sparsify_args, truncate,
+    untied_without_head,
 )
 
 
@@ -36,6 +37,8 @@ class Case:
 M = lambda folder: ["hi", "--model", str(folder)]  # noqa: E731  a generate call on a checkpoint
 BENCH = ["--random-weights", "--shape", "stories260K", "--device", "cpu"]
 GENERATE = "generate"
+SERVE = "serve"
+S = ["--device", "cpu", "--port", "0"]  # serve's cases: each is refused before it listens, or fails to load
 
 CASES_BY_GROUP: dict[str, list[Case]] = {
     "Checkpoint files": [
@@ -277,6 +280,29 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
              "README.md exists; /save! README.md replaces it", stdin="/save README.md\n"),
         Case("bench decode", "--out in a directory that does not exist", lambda t: [*BENCH, "--out", str(t / "no" / "x.json")],
              "cannot write --out"),
+    ],
+    "serve": [
+        Case(SERVE, "--port 70000", lambda t: ["--port", "70000"], "--port 70000 is not a port"),
+        Case(SERVE, "--port -1", lambda t: ["--port", "-1"], "is not a port"),
+        Case(SERVE, "a port another program listens on", busy_port, "Address already in use"),
+        Case(SERVE, "--host an address this machine does not have", lambda t: [*S, "--host", "192.0.2.1"],
+             "cannot listen on 192.0.2.1"),
+        Case(SERVE, "a model path that does not exist", lambda t: [*S, "--model", str(t / "nope")],
+             "model path not found"),
+        Case(SERVE, "--context 1", lambda t: [*S, "--context", "1"], "--context must be between 2"),
+        Case(SERVE, "--context beyond the model's", lambda t: [*S, "--context", "513"], "context of 512"),
+        Case(SERVE, "--max-new-tokens 0", lambda t: [*S, "--max-new-tokens", "0"], "--max-new-tokens"),
+        Case(SERVE, "--max-queue -1", lambda t: [*S, "--max-queue", "-1"], "--max-queue must be 0 or more"),
+        Case(SERVE, "an empty --api-key", lambda t: [*S, "--api-key", " "], "--api-key is empty"),
+        Case(SERVE, "--temperature -1", lambda t: [*S, "--temperature", "-1"], "--temperature"),
+        Case(SERVE, "--backend compile on the CPU", lambda t: [*S, "--backend", "compile"], "needs a CUDA GPU"),
+        Case(SERVE, "--sparsity on a checkpoint without routers", lambda t: [*S, "--sparsity", "0.5"],
+             "has no routers"),
+        Case(SERVE, "a bench preset (shape, random weights)", lambda t: [*S, "--config", "bench-7b"], "shape"),
+        Case(SERVE, "--tp 2", lambda t: [*S, "--tp", "2"], "serve runs on one GPU"),
+        Case(SERVE, "under torchrun", lambda t: S, "serve does not run under torchrun", env=RANK0_OF_2),
+        Case(SERVE, "a GGUF with a NaN weight (found as it loads, after it listens)",
+             lambda t: [*S, "--model", str(gguf_nan(t))], "layers.1.feed_forward.w2.weight holds NaN"),
     ],
     "Settings (LLAMAFAST_* variables)": [
         *[Case(GENERATE, f"{name}={value}", lambda t: ["hi"], f"{name}='{value}': expected {what}", env={name: value})
