@@ -7,8 +7,8 @@
 #   GPU_CHECK_COMMIT=$(git rev-parse HEAD) bash scripts/gpu_check.sh OUTDIR
 # Needs beside the checkout, as ignored folders (the device copy carries them): .whl/ with the gguf wheel the
 # device image lacks (python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl gguf,
-# and for the server fastapi starlette uvicorn pydantic pydantic_core annotated-types typing-inspection
-# typing_extensions, with --platform manylinux2014_x86_64),
+# and for the server fastapi opentelemetry-api starlette uvicorn pydantic pydantic_core annotated-types
+# annotated-doc typing-inspection typing_extensions, with --platform manylinux2014_x86_64),
 # and .testdata/ with ../shared/testdata's stories260K and llama2c (SmolLM2's 94 MB do not travel: its tests skip).
 # scripts/gpu_env.sh runs the project from this tree.
 set -uo pipefail

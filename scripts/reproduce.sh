@@ -4,8 +4,8 @@
 #   bash scripts/reproduce.sh [STAGE [OUTDIR]]
 # On a GPU image without the project installed, `. scripts/gpu_env.sh` first (scripts/gpu_check.sh does that itself).
 # SmolLM2's GGUF comes from the test data, $LLAMAFAST_TESTDATA (default ../shared/testdata). A few stages read more
-# from the environment: fp8 SCRATCH (where the 13.5 GB checkpoint is written), startup TOKENIZER and CHECKPOINT_DIR,
-# gpu-check GPU_CHECK_COMMIT.
+# from the environment: fp8 SCRATCH (where the 13.5 GB checkpoint is written), startup and serve TOKENIZER and
+# CHECKPOINT_DIR, gpu-check GPU_CHECK_COMMIT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${LLAMAFAST_TESTDATA:-../shared/testdata}
@@ -26,6 +26,7 @@ STAGES=(
   "smollm2|1 H100|benchmarks.md: SmolLM2-135M on an H100, its kernels and greedy tokens|scripts/results/smollm2"
   "gguf-load|CPU|benchmarks.md: opening and loading SmolLM2's GGUF on the CPU|scripts/results/smollm2"
   "startup|1 H100|benchmarks.md: Start-up; tuning.md: kernel preloading's chat turn|scripts/results/startup"
+  "serve|1 H100|benchmarks.md: The server, llamafast serve against generate at 7B|scripts/results/serve"
   "gpu-check|1 H100|benchmarks.md: GPU check and the prompt-graph figures (scripts/gpu_check.sh)|scripts/results/gpu_check"
 )
 
@@ -237,6 +238,12 @@ for r in runs:
           f"{env + ' ' if env else ''}{r['command']}")
 EOF
   cat "$out/summary.txt"
+}
+
+stage_serve() {  # Llama 2's tokenizer (TOKENIZER) for a 7B vocabulary; the checkpoint in CHECKPOINT_DIR
+  local tok=${TOKENIZER:-$data/llama2c/tokenizer.model} ck=${CHECKPOINT_DIR:-/tmp/llamafast-7b}
+  [ -d "$ck/hf" ] || PYTHONPATH=. python scripts/make_random_checkpoint.py --shape llama-2-7b --tokenizer "$tok" "$ck/hf"
+  python scripts/serve_load.py --model "$ck/hf" --out "$1/h100.json" | tee "$1/h100.txt"
 }
 
 stage_gpu_check() {

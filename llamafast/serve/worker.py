@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import gc
 import threading
 import time
 from collections.abc import Callable
@@ -140,6 +141,10 @@ class Worker:
     def _main(self) -> None:
         try:
             with self.load() as runner:
+                # The model, its graphs and the server's objects live as long as the process: frozen, the cyclic
+                # collector stops walking them, so a collection that falls inside a request stays short.
+                gc.collect()
+                gc.freeze()
                 self._set("ready")
                 while (job := self._next()) is not None:
                     self.metrics.running.set(1)
