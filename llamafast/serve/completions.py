@@ -150,7 +150,8 @@ async def _stream(job: Job, worker: Worker, watch: asyncio.Task, reply: Reply, s
                   usage_too: bool, echo: str, with_ids: bool) -> AsyncIterator[bytes]:
     """The SSE stream: the role first (chat), the echoed prompt (completions), a chunk per piece of final text with
     the logprobs of the tokens it holds, the chunk with finish_reason, usage when asked, then [DONE]. with_ids:
-    each chunk names its tokens (token_ids; the first chunk, prompt_token_ids too)."""
+    each chunk names its tokens (token_ids; the first chunk, prompt_token_ids too), and every token has its chunk
+    as it is sampled."""
 
     def ids(tokens: list[int], first: bool = False) -> dict | None:
         if not with_ids:
@@ -173,7 +174,9 @@ async def _stream(job: Job, worker: Worker, watch: asyncio.Task, reply: Reply, s
             if isinstance(event, Delta):
                 tokens += event.tokens
                 scores += event.logprobs
-                if event.text:
+                # A token whose text is held back (half a UTF-8 character, a possible stop string's start) goes
+                # out at once to a client that asked for token ids, with empty content; to others with its text.
+                if event.text or (with_ids and len(tokens) > sent):
                     lp = _logprobs(reply, served, params, tokens[sent:], scores[sent:], offset, tokens[:sent])
                     chunk = reply.chunk(event.text, lp, with_usage=usage_too, extra=ids(tokens[sent:]))
                     sent, offset = len(tokens), offset + len(event.text)

@@ -38,3 +38,17 @@ def test_streamed_turn_reports_cached_tokens(client):
         lines = [line for line in r.iter_lines() if line.startswith("data:")]
     use = json.loads(lines[-2].removeprefix("data: "))["usage"]
     assert use["prompt_tokens_details"]["cached_tokens"] == use["prompt_tokens"] - 1  # all but the one prefill runs
+
+
+def test_each_token_streams_as_it_is_sampled_to_a_client_asking_for_ids(client):
+    """With return_token_ids every token has its chunk as soon as it is sampled, text or not (a held-back piece's
+    text comes with a later chunk), so a client's first chunk marks the first token; the text adds up all the same."""
+    body = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "stream": True, "return_token_ids": True,
+            "stop": [" the zebra"]}  # " the" is held back until the next token rules the stop string out
+    with client.stream("POST", "/v1/completions", json=body) as r:
+        chunks = [json.loads(line.removeprefix("data: ")) for line in r.iter_lines() if line.startswith("data: {")]
+    ids = [t for c in chunks for t in c["choices"][0].get("token_ids", [])]
+    assert any(c["choices"][0]["text"] == "" and c["choices"][0].get("token_ids") for c in chunks)
+    assert [len(c["choices"][0]["token_ids"]) for c in chunks if c["choices"][0].get("token_ids")] == [1] * len(ids)
+    whole = client.post("/v1/completions", json={**body, "stream": False}).json()["choices"][0]
+    assert ids == whole["token_ids"] and "".join(c["choices"][0]["text"] for c in chunks) == whole["text"]
