@@ -1,7 +1,8 @@
 """The llamafast command line: each command parses, calls the library, and prints what it returns.
 
 One module per command: generate.py, chat.py, serve.py, info.py, convert.py, eval.py, sparsify.py, and bench/
-for bench's subcommands; common.py holds the shared options, the console and clean errors, presets.py the TOML run presets.
+for bench's subcommands; common.py holds the shared options, the console and clean errors, presets.py the TOML
+run presets.
 """
 
 from __future__ import annotations

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
 
 from llamafast.cli.streams import OutputError
 from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt,
-    PenaltyOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors, device_or_default, err, path_or, pick,
-    preset, progress_bar, sampling_config, say_tuned, say_tuning, utf8_argument, utf8_options,
+    PenaltyOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors, device_or_default, path_or, pick,
+    preset, progress_bar, sampling_config, say_tuned, say_tuning, utf8_argument, utf8_options, context_size, note, warn,
 )
 from llamafast.config import FP8Format
 from llamafast.errors import LlamafastError
@@ -81,22 +80,20 @@ def chat(
             with progress_bar() as update:
                 lm, startup = stack.enter_context(ready(
                     opened, dev, pick(dtype, run.dtype), pick(backend, run.backend), fp8_format if fp8 else None, update,
-                    before_tuning=say_tuning, warn=lambda text: err.print(f"warning: {escape(text)}")))
+                    before_tuning=say_tuning, warn=warn))
             say_tuned(startup.tuning)
             engine = Engine(lm.model, sampling, size, n_vocab=opened.tokenizer.vocab_size)
             session = ChatSession(engine, opened.tokenizer, system, max_new, stop or [], model=lm.source)
             interactive = sys.stdin.isatty()
             if interactive:
-                _note(f"{lm.source}: {lm.backend.value}, {lm.weights} weights, on {dev}; context {size} tokens; "
+                note(f"{lm.source}: {lm.backend.value}, {lm.weights} weights, on {dev}; context {size} tokens; "
                       "/help for commands, Ctrl-D to leave")
             code = Repl(session, interactive, startup).run()
     raise typer.Exit(code)
 
 
 def _context_size(context: int | None, model_context: int, max_new: int) -> int:
-    size = model_context if context is None else context
-    if not 2 <= size <= model_context:
-        raise LlamafastError(f"--context must be between 2 and the model's context of {model_context} tokens")
+    size = context_size(context, model_context)
     if not 1 <= max_new < size:
         raise LlamafastError(f"--max-new-tokens must be at least 1 and leave room for a message in the context of "
                              f"{size} tokens; use --max-new-tokens {size // 2} or less, or a larger --context")
@@ -182,14 +179,14 @@ class Repl:
         done = self.session.reply(text, on_text=_write)
         _write("\n")
         if done.dropped_turns:
-            _note(f"context full: dropped the oldest {done.dropped_turns} turn(s) of the conversation")
+            note(f"context full: dropped the oldest {done.dropped_turns} turn(s) of the conversation")
         if done.finish_reason == "interrupted":
-            _note("(interrupted)")
+            note("(interrupted)")
             self.interrupted = not self.interactive  # from a pipe, Ctrl-C ends the run, not just the reply
             return self.interactive
         if self.interactive:
             tps = done.tokens_per_s
-            _note(f"{len(done.token_ids)} tokens ({done.finish_reason}); ttft {done.ttft_s * 1e3:.1f} ms; "
+            note(f"{len(done.token_ids)} tokens ({done.finish_reason}); ttft {done.ttft_s * 1e3:.1f} ms; "
                   f"decode {f'{tps:.1f} tok/s' if tps else 'n/a'}; prefilled {done.prefilled_tokens} of "
                   f"{done.prompt_tokens} prompt tokens")
         return True
@@ -200,12 +197,12 @@ class Repl:
 
     def _reset(self, _arg: str) -> None:
         self.session.reset()
-        _note("conversation reset")
+        note("conversation reset")
 
     def _system(self, text: str) -> None:
         self.session.set_system(text or None)
         self.session.reset()
-        _note("system message set; conversation reset" if text else "system message removed; conversation reset")
+        note("system message set; conversation reset" if text else "system message removed; conversation reset")
 
     def _stats(self, _arg: str) -> None:
         s = self.session.stats()
@@ -230,7 +227,7 @@ class Repl:
         except FileExistsError:
             raise LlamafastError(f"{path} exists; /save! {arg} replaces it") from None
         linked = f" (the file {path} links to)" if replace and path.is_symlink() else ""
-        _note(f"transcript saved to {target}{linked}")
+        note(f"transcript saved to {target}{linked}")
 
     def _save_over(self, arg: str) -> None:
         self._save(arg, replace=True)
@@ -263,5 +260,3 @@ def _write(text: str) -> None:
     sys.stdout.flush()
 
 
-def _note(text: str) -> None:
-    err.print(f"[dim]{escape(text)}[/dim]")

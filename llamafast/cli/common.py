@@ -147,10 +147,28 @@ def device_or_default(name: str | None):
     return device
 
 
+def warn(text: str) -> None:
+    err.print(f"warning: {escape(text)}")
+
+
+def note(text: str | None) -> None:
+    """A dim line on stderr: what a run did beside its output."""
+    if text:
+        err.print(f"[dim]{escape(text)}[/dim]")
+
+
+def context_size(context: int | None, model_context: int) -> int:
+    """--context: KV cache positions, at most the model's context (its default)."""
+    size = model_context if context is None else context
+    if not 2 <= size <= model_context:
+        raise LlamafastError(f"--context must be between 2 and the model's context of {model_context} tokens")
+    return size
+
+
 def say_tuning(plan) -> None:
     """A tuning plan as it starts: a cache it ignores, and the sweep it runs for a new shape."""
     if plan.warning:
-        err.print(f"warning: {escape(plan.warning)}")
+        warn(plan.warning)
     if plan.missing:
         err.print(f"[dim]tuning decode kernels for a new shape on {escape(plan.gpu)} (once; saved to "
                   f"{escape(str(plan.path))})[/dim]")
@@ -161,7 +179,7 @@ def say_tuned(tuned) -> None:
     if tuned is None or tuned.done is None:
         return
     if tuned.done.warning:
-        err.print(f"warning: {escape(tuned.done.warning)}; the launches hold for this run only")
+        warn(f"{tuned.done.warning}; the launches hold for this run only")
     err.print(f"[dim]tuned {len(tuned.done.launches)} kernel launches in {tuned.done.seconds:.1f} s[/dim]")
 
 

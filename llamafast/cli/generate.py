@@ -17,7 +17,7 @@ from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
     SparseModeOpt, SparsityOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, check_context, check_sparsity,
     clean_errors, device_or_default, err, path_or, pick, preset, progress_bar, read_prompt, sampling_config,
-    say_tuned, say_tuning, utf8_options,
+    say_tuned, say_tuning, note, utf8_options, warn,
 )
 from llamafast.cli.tp import (
     TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, on_every_rank, on_rank0, shared_seed, tensor_parallel,
@@ -73,11 +73,11 @@ def generate(
             err.print("[dim]empty prompt: generating from the beginning-of-sequence token alone[/dim]")
         with progress_bar() as update:
             lm, startup = stack.enter_context(ready(opened, dev, pick(dtype, run.dtype), pick(backend, run.backend),
-                                                    fp8_format if fp8 else None, update, ranks, say_tuning, _warn))
+                                                    fp8_format if fp8 else None, update, ranks, say_tuning, warn))
         say_tuned(startup.tuning)
-        note = attach_comm(ranks, lm, tp_comm)
-        if note and not json_out:
-            err.print(f"[dim]{escape(note)}[/dim]")
+        comm_note = attach_comm(ranks, lm, tp_comm)
+        if not json_out:
+            note(comm_note)
         sampling = dataclasses.replace(sampling, seed=shared_seed(ranks, sampling.seed))
         lm.model.set_sparsity(sparse)
         engine = Engine(lm.model, sampling, len(ids) + max_new, n_vocab=tok.vocab_size)
@@ -163,5 +163,3 @@ def _write(text: str) -> None:
     sys.stdout.flush()
 
 
-def _warn(text: str) -> None:
-    err.print(f"warning: {escape(text)}")

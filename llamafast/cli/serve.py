@@ -6,12 +6,11 @@ import contextlib
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
 
 from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
     SparseModeOpt, SparsityOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, check_sparsity, clean_errors,
-    device_or_default, err, path_or, pick, preset, sampling_config, say_tuned, say_tuning,
+    context_size, device_or_default, path_or, pick, preset, sampling_config, say_tuned, say_tuning, warn,
 )
 from llamafast.config import FP8Format, SparseMode
 from llamafast.errors import LlamafastError
@@ -77,7 +76,7 @@ def serve(
         dev = device_or_default(pick(device, run.device))
         resolve_backend(pick(backend, run.backend), dev)
         opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
-        size = _context(context, opened.config.max_seq_len)
+        size = context_size(context, opened.config.max_seq_len)
         default_new = pick(max_new_tokens, run.max_new_tokens if "max_new_tokens" in run.keys else None)
         if default_new is not None and not 1 <= default_new < size:
             raise LlamafastError(f"--max-new-tokens must be at least 1 and leave room for a prompt in the context "
@@ -85,8 +84,7 @@ def serve(
         sparse = check_sparsity(opened, sparsity, sparse_mode)
         sock = listen(host, port)
         if not is_loopback(host) and key is None:
-            err.print(f"warning: listening on {escape(host)} without --api-key: anyone who can reach this port can "
-                      "use the model")
+            warn(f"listening on {host} without --api-key: anyone who can reach this port can use the model")
         setup = ModelSetup(opened, dev, pick(dtype, run.dtype), pick(backend, run.backend),
                            fp8_format if fp8 else None, size, sparse)
         options = ServeOptions(key, max_queue, name, default_new)
@@ -100,7 +98,7 @@ def serve(
 
         with sock:
             run_server(setup, sampling, options, sock, ready,
-                       Hooks(_warn, say_tuning, lambda startup: say_tuned(startup.tuning)))
+                       Hooks(warn, say_tuning, lambda startup: say_tuned(startup.tuning)))
 
 
 def _check(port: int, max_queue: int, key: str | None) -> None:
@@ -112,12 +110,3 @@ def _check(port: int, max_queue: int, key: str | None) -> None:
         raise LlamafastError("--api-key is empty; give a key, or leave the option out to serve without one")
 
 
-def _context(context: int | None, model_context: int) -> int:
-    size = model_context if context is None else context
-    if not 2 <= size <= model_context:
-        raise LlamafastError(f"--context must be between 2 and the model's context of {model_context} tokens")
-    return size
-
-
-def _warn(text: str) -> None:
-    err.print(f"warning: {escape(text)}")

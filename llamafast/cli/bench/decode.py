@@ -11,11 +11,11 @@ from rich.table import Table
 
 from llamafast.cli.bench.shared import (
     FP8BesideOpt, JsonOpt, NewTokensOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt,
-    check_backends, note, preloaded, readied, readied_as, target, token_counts,
+    check_backends, preloaded, readied, readied_as, target, token_counts,
 )
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, parse_floats,
-    require_routers, stdout_console,
+    note, require_routers, stdout_console,
 )
 from llamafast.cli.tp import TP_COMM_HELP, TPOpt, make_comms, on_every_rank, tensor_parallel
 from llamafast.config import Backend, FP8Format, SparseMode, SparseRun, TPComm, model_config

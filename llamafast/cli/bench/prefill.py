@@ -9,11 +9,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from llamafast.cli.bench.shared import (
-    JsonOpt, OutOpt, RandomWeightsOpt, ShapeOpt, check_backends, note, preloaded, prompt_lengths,
+    JsonOpt, OutOpt, RandomWeightsOpt, ShapeOpt, check_backends, preloaded, prompt_lengths,
     readied, readied_as, target,
 )
 from llamafast.cli.common import (
-    ConfigOpt, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, pick, stdout_console,
+    ConfigOpt, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, note, pick, stdout_console,
 )
 from llamafast.cli.tp import TPOpt, attach_comm, on_every_rank, tensor_parallel
 from llamafast.config import Backend, TPComm

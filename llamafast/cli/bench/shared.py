@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.markup import escape
 
 from llamafast.cli.common import (
-    check_context, check_out, device_or_default, err, path_or, pick, preset, progress_bar, say_tuned, say_tuning,
+    check_context, check_out, device_or_default, note, path_or, pick, preset, progress_bar, say_tuned, say_tuning, warn,
 )
 from llamafast.cli.presets import RunConfig
 from llamafast.config import MODEL_CONFIGS, Backend, DType, FP8Format, ModelConfig, model_config
@@ -166,10 +165,3 @@ def preloaded(startup: Startup) -> str:
     return "" if startup.preload is None else f" ({startup.kernels_preloaded} kernels preloaded)"
 
 
-def note(text: str | None) -> None:
-    if text:
-        err.print(f"[dim]{escape(text)}[/dim]")
-
-
-def warn(text: str) -> None:
-    err.print(f"warning: {escape(text)}")
