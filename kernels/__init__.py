@@ -10,6 +10,7 @@ never written: a model reads copies of them, which tuning extends for its shapes
 
 from .decode_attention import CONFIGS as _ATTENTION
 from .decode_attention import decode_attention
+from .decode_step import CONFIGS as _DECODE_STEP
 from .linear_residual import CONFIGS as _LINEAR_RESIDUAL
 from .prefill.flash_attention import flash_attention
 from .linear_residual import linear_residual
@@ -27,7 +28,7 @@ from .sparse_ffn import sparse_ffn
 # The tunable decode kernels' committed launch tables, by the name tuning files and registry entries use.
 COMMITTED = {
     "rmsnorm_qkv_rope": _QKV, "linear_residual": _LINEAR_RESIDUAL, "rmsnorm_swiglu": _SWIGLU,
-    "rmsnorm_lm_head": _LM_HEAD, "decode_attention": _ATTENTION,
+    "rmsnorm_lm_head": _LM_HEAD, "decode_attention": _ATTENTION, "decode_step": _DECODE_STEP,
 }
 
 __all__ = [

@@ -64,7 +64,21 @@ def _decode_attention_split_kernel(
     BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr,
     BLOCK_SPLITS: tl.constexpr,
 ):
-    kvh, split = tl.program_id(0), tl.program_id(1)
+    attention_split(
+        tl.program_id(0), tl.program_id(1), q_ptr, k_ptr, v_ptr, pos_ptr, part_ptr, lse_ptr, stride_ch, stride_cs,
+        n_splits, sm_scale, counter_ptr, out_ptr, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S, SPLIT_LEN, FP32,
+        BLOCK_SPLITS,
+    )
+
+
+@triton.jit
+def attention_split(
+    kvh, split, q_ptr, k_ptr, v_ptr, pos_ptr, part_ptr, lse_ptr, stride_ch, stride_cs, n_splits, sm_scale,
+    counter_ptr, out_ptr,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+):
+    """One split of one KV head's sequence; the head's last split to finish merges them all."""
     length = tl.load(pos_ptr) + 1
     start = split * SPLIT_LEN
     end = tl.minimum(start + SPLIT_LEN, length)
@@ -106,7 +120,7 @@ def _decode_attention_split_kernel(
     # The KV head's last program to finish merges its heads' splits.
     tl.debug_barrier()  # every thread's partials stored before the ticket releases them
     ticket = tl.atomic_add(counter_ptr + kvh, 1, sem="acq_rel", scope="gpu")
-    if ticket == tl.num_programs(1) - 1:
+    if ticket == n_splits - 1:
         tl.atomic_xchg(counter_ptr + kvh, 0, sem="relaxed", scope="gpu")  # zero again for the next call
         for i in tl.static_range(GROUP):
             _merge_head(part_ptr, lse_ptr, out_ptr, kvh * GROUP + i, n_splits, HEAD_DIM, BLOCK_D, BLOCK_SPLITS)

@@ -21,6 +21,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from llamafast.config import Weight, WeightFormat
 
 from ._common import INTERPRET, decode_weights, next_pow2, w_fp8
+from .counters import wait_count
 
 
 @triton.jit
@@ -31,7 +32,10 @@ def dot_rows(
     NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr,  # fuse RMSNorm; also W2[rows] @ x; K % BLOCK_K == 0
     W_FP8: tl.constexpr,  # 0: float weights; 1: E5M2 bit patterns in int8; 2: E4M3 in int8 with fp32 row scales
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x is x + PARTS fp32 partials (tp_sync.py)
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (use_pdl): see _pdl_first_tile
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (use_pdl): see _first_tile
+    wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT: x is ready once *wait_ptr >= wait_target (counters.py)
+    WAIT: tl.constexpr = False,
+    PREFETCH: tl.constexpr = False,  # load each weight tile one step ahead of its multiply (_prefetched)
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # reduced once, after the loop
@@ -39,14 +43,21 @@ def dot_rows(
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
     offs = rows[:, None].to(tl.int64) * stride_wn
     start = 0
-    if PDL:
+    if PDL or WAIT or PREFETCH:
         k = tl.arange(0, BLOCK_K)
-        w, w2 = _pdl_first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR)
-        x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
-        acc += w * x[None, :]
-        if PAIR:
-            acc2 += w2 * x[None, :]
-        start = BLOCK_K
+        w, w2 = _first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR, PDL)
+        if WAIT:
+            wait_count(wait_ptr, wait_target, watchdog_ptr)
+        if PREFETCH:
+            acc, acc2, ss = _prefetched(w_ptr + offs, w2_ptr + offs, w, w2, acc, acc2, ss, x_ptr, g_ptr, p_ptr, xo_ptr,
+                                        row_mask, K, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS)
+            start = K
+        else:
+            x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
+            acc += w * x[None, :]
+            if PAIR:
+                acc2 += w2 * x[None, :]
+            start = BLOCK_K
     for k0 in range(start, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
@@ -62,6 +73,32 @@ def dot_rows(
 
 
 @triton.jit
+def _prefetched(row_ptrs, row_ptrs2, w, w2, acc, acc2, ss, x_ptr, g_ptr, p_ptr, xo_ptr, row_mask, K,
+                BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr,
+                W_FP8: tl.constexpr, PARTS: tl.constexpr):
+    """The K loop from the loaded first tile (w, w2) on, each tile's load issued before the previous tile's
+    multiply, so a program keeps a tile in flight while it computes (a persistent kernel has few programs per SM
+    to hide the latency with)."""
+    last = (K - 1) // BLOCK_K * BLOCK_K
+    for k0 in range(0, last, BLOCK_K):
+        k_next = k0 + BLOCK_K + tl.arange(0, BLOCK_K)
+        w_next = _load_tile(row_ptrs, k_next, K, row_mask, EVEN_K, W_FP8)
+        w2_next = w_next
+        if PAIR:
+            w2_next = _load_tile(row_ptrs2, k_next, K, row_mask, EVEN_K, W_FP8)
+        x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
+        acc += w * x[None, :]
+        if PAIR:
+            acc2 += w2 * x[None, :]
+        w, w2 = w_next, w2_next
+    x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, last + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
+    acc += w * x[None, :]
+    if PAIR:
+        acc2 += w2 * x[None, :]
+    return acc, acc2, ss
+
+
+@triton.jit
 def _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM: tl.constexpr, EVEN_K: tl.constexpr, PARTS: tl.constexpr):
     """The K-slice k of the input (plus the ranks' partials), RMSNorm-weighted when NORM; ss gains its squares."""
     x = _load_vector(x_ptr, k, K, EVEN_K)
@@ -74,18 +111,21 @@ def _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM: tl.constexpr, EVEN_
 
 
 @triton.jit
-def _pdl_first_tile(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-                    PAIR: tl.constexpr):
-    """Under programmatic dependent launch this kernel starts while the previous one still runs. It lets the next
-    kernel start too, reads its first weight tile (weights are never written while decoding), and only then waits
-    for the previous kernel, before reading any activation or writing anything. The experiment that measured PDL
-    slower (scripts/experiments/pdl_ab.txt: 199.1 against 202.7 tok/s, bf16) waited first and loaded after."""
-    gdc_launch_dependents()
+def _first_tile(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+                PAIR: tl.constexpr, PDL: tl.constexpr):
+    """The first weight tile, read before waiting for x (weights are never written while decoding). Under
+    programmatic dependent launch (PDL) this kernel starts while the previous one still runs: it lets the next
+    kernel start too, reads the tile, and only then waits for the previous kernel, before reading any activation
+    or writing anything; the experiment that measured PDL slower (scripts/experiments/pdl_ab.txt: 199.1 against
+    202.7 tok/s, bf16) waited first and loaded after. In a persistent kernel the caller waits on a counter."""
+    if PDL:
+        gdc_launch_dependents()
     w = _load_tile(row_ptrs, k, K, row_mask, EVEN_K, W_FP8)
     w2 = w
     if PAIR:
         w2 = _load_tile(row_ptrs2, k, K, row_mask, EVEN_K, W_FP8)
-    gdc_wait()
+    if PDL:
+        gdc_wait()
     return w, w2
 
 
@@ -156,7 +196,7 @@ def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: boo
 
 def use_pdl(device: torch.device, fmt: WeightFormat) -> bool:
     """Programmatic dependent launch between the dense decode GEMVs, their first weight tile read before the wait
-    (_pdl_first_tile), for float weights only. Llama-2-7B, `bench --random-weights --fp8`, one process per run: bf16
+    (_first_tile), for float weights only. Llama-2-7B, `bench --random-weights --fp8`, one process per run: bf16
     202.3/202.5 -> 207.7/207.6 tok/s on the H100 (+2.6%), +2.8% on the H200; FP8 E5M2 345.6/346.1 -> 344.0/343.8
     (-0.6%) on the H100, -3.7% on the H200 (an FP8 tile is half the bytes read ahead of the wait); one process
     alternating both: scripts/experiments/pdl_ab.py."""

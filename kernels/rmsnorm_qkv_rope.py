@@ -46,16 +46,36 @@ def _rmsnorm_qkv_rope_kernel(
 ):
     if PARTS > 0:
         wait_arrivals(f_ptr, PARTS)
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    qkv_rope_tile(
+        tl.program_id(0), x_ptr, g_ptr, w_ptr, s_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
+        N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps, HEAD_DIM, BLOCK_N, BLOCK_K, EVEN_K, W_FP8,
+        p_ptr, xo_ptr, PARTS, PDL,
+    )
+    if PARTS > 0:
+        release_slot(f_ptr)
+
+
+@triton.jit
+def qkv_rope_tile(
+    tile, x_ptr, g_ptr, w_ptr, s_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
+    N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0, PDL: tl.constexpr = False,
+    wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
+    PREFETCH: tl.constexpr = False,
+):
+    """Rows tile * BLOCK_N ... of the kernel's output: q rows, or k and v rows stored into the caches."""
+    rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
     acc, _, ss = dot_rows(
         w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL,
+        p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT,
+        PREFETCH,
     )
     acc = acc * tl.rsqrt(ss / C + eps)
     # RoPE on (even, odd) row pairs of q and k; v rows pass through.
     pos = tl.load(pos_ptr)
-    pair = (tl.program_id(0) * BLOCK_N + 2 * tl.arange(0, BLOCK_N // 2)) % HEAD_DIM // 2
+    pair = (tile * BLOCK_N + 2 * tl.arange(0, BLOCK_N // 2)) % HEAD_DIM // 2
     cos = tl.load(cos_ptr + pos * (HEAD_DIM // 2) + pair)
     sin = tl.load(sin_ptr + pos * (HEAD_DIM // 2) + pair)
     a, b = tl.split(tl.reshape(acc, (BLOCK_N // 2, 2)))
@@ -68,8 +88,6 @@ def _rmsnorm_qkv_rope_kernel(
     is_k = (rows >= QD) & (rows < QD + KVD)
     tl.store(k_cache_ptr + offs, out.to(k_cache_ptr.dtype.element_ty), mask=is_k)
     tl.store(v_cache_ptr + offs, out.to(v_cache_ptr.dtype.element_ty), mask=(rows >= QD + KVD) & mask)
-    if PARTS > 0:
-        release_slot(f_ptr)
 
 
 def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, eps, configs=None):

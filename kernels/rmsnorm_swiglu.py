@@ -41,17 +41,31 @@ def _rmsnorm_swiglu_kernel(
 ):
     if PARTS > 0:
         wait_arrivals(f_ptr, PARTS)
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    swiglu_tile(tl.program_id(0), x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, stride_wn, eps,
+                BLOCK_N, BLOCK_K, EVEN_K, W_FP8, p_ptr, xo_ptr, PARTS, PDL)
+    if PARTS > 0:
+        release_slot(f_ptr)
+
+
+@triton.jit
+def swiglu_tile(
+    tile, x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, stride_wn, eps,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0, PDL: tl.constexpr = False,
+    wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
+    PREFETCH: tl.constexpr = False,
+):
+    """Output rows (neurons) tile * BLOCK_N ... ."""
+    rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < F
     gate, up, ss = dot_rows(
         w1_ptr, w3_ptr, s1_ptr, s3_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, True, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL,
+        p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT,
+        PREFETCH,
     )
     rstd = tl.rsqrt(ss / C + eps)
     a, b = gate * rstd, up * rstd
     tl.store(out_ptr + rows, (a * tl.sigmoid(a) * b).to(out_ptr.dtype.element_ty), mask=mask)
-    if PARTS > 0:
-        release_slot(f_ptr)
 
 
 def rmsnorm_swiglu(x, norm_w, w1: Weight, w3: Weight, eps, configs=None):

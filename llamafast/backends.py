@@ -6,7 +6,8 @@ committed ones that tuning extends for the model's shapes.
 
     reference  plain PyTorch, eager (the oracle; the default on the CPU)
     compile    the reference ops under torch.compile(mode="reduce-overhead"): CUDA graphs, gpt-fast's technique
-    triton     fused Triton kernels, the whole decode step replayed from one CUDA graph
+    triton     fused Triton kernels, one per op, the whole decode step replayed from one CUDA graph
+    persistent the triton backend whose decode step runs every layer in one persistent kernel (layers=)
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class BackendOps:
     prefill: Ops  # a prompt chunk (S > 1)
     step: str  # how Engine runs a decode step: "eager", "compile" (torch.compile) or "graph" (one CUDA graph)
     launches: Launches = field(default_factory=dict)  # the tables the decode kernels read (triton only)
+    # Every layer of one decode token at once, (model, x, pos) -> x after the last layer (persistent only); the
+    # sparse FFN and tensor-parallel shards run the per-op kernels.
+    layers: Callable | None = None
 
 
 REFERENCE_OPS = Ops(reference.rmsnorm_qkv_rope, reference.attention, reference.linear_residual,
@@ -76,7 +80,36 @@ def backend_ops(backend: Backend, launches: Launches | None = None) -> BackendOp
     # Prompts stay dense; a sparse prompt (the quality lab) runs the reference sparse FFN.
     prefill = Ops(kernels.prefill_qkv_rope, kernels.flash_attention, kernels.prefill_linear_residual,
                   kernels.prefill_swiglu, kernels.prefill_lm_head, reference.sparse_ffn, reference.linear_residual_t)
-    return BackendOps(backend, decode, prefill, "graph", launches)
+    persistent = backend == Backend.persistent
+    layers = functools.partial(_persistent_layers, configs=launches["decode_step"]) if persistent else None
+    return BackendOps(backend, decode, prefill, "graph", launches, layers)
+
+
+def check_decode_step(model: Transformer) -> None:
+    """Raises when the persistent kernel's watchdog fired since the model's step was built: some program gave up
+    waiting on a counter, so the tokens after it are wrong (reads one int from the GPU: once per prompt)."""
+    step = getattr(model, "_decode_step", None)
+    if step is not None and step[1].check_watchdog():
+        raise LlamafastError("the persistent decode kernel timed out waiting on its counters, so the tokens it made "
+                             "are wrong; run with --backend triton and report this")
+
+
+def _persistent_layers(model: Transformer, x: torch.Tensor, pos: torch.Tensor, configs) -> torch.Tensor:
+    """The model's layers for one token in the persistent kernel, bound once per KV cache (built by the eager step
+    that precedes every graph capture)."""
+    from llamafast.kernels.decode_step import DecodeStep, LayerTensors
+
+    key = (model.layers[0].k_cache.data_ptr(), model.cache_len)
+    step = getattr(model, "_decode_step", None)
+    if step is None or step[0] != key:
+        layers = [LayerTensors(b.attention_norm.weight, b.attention.wqkv.w, b.attention.wo.w, b.ffn_norm.weight,
+                               b.feed_forward.w1.w, b.feed_forward.w3.w, b.feed_forward.w2.w, b.k_cache, b.v_cache)
+                  for b in model.layers]
+        attention = model.backend.launches["decode_attention"]
+        step = (key, DecodeStep(layers, model.rope_cos, model.rope_sin, model.config.n_heads // model.world,
+                                model.config.norm_eps, configs, attention))
+        model._decode_step = step
+    return step[1](x, pos)
 
 
 def build(
@@ -94,7 +127,7 @@ def build(
     tables its decode kernels read (default: copies of the committed ones)."""
     device = state["tok_embeddings.weight"].device
     e4m3 = WeightFormat.fp8_e4m3 in (weights, head)
-    if backend == Backend.triton and e4m3 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+    if backend.fused and e4m3 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
         name = torch.cuda.get_device_name(device)
         raise LlamafastError(f"E4M3 weights need compute capability 8.9 or newer (Ada, Hopper); {name} lacks it")
     return assemble(config, state, backend_ops(backend, launches), weights, head or weights, layout, shard)

@@ -133,7 +133,13 @@ class Backend(str, Enum):
 
     reference = "reference"  # plain PyTorch, eager
     compile = "compile"  # the reference path under torch.compile(mode="reduce-overhead"): CUDA graphs
-    triton = "triton"  # fused Triton kernels, the whole decode step replayed from one CUDA graph
+    triton = "triton"  # fused Triton kernels, one per op, the whole decode step replayed from one CUDA graph
+    persistent = "persistent"  # every layer of a decode step in one persistent Triton kernel (kernels/decode_step.py)
+
+    @property
+    def fused(self) -> bool:
+        """Runs llamafast's Triton kernels (and so tunes and preloads them)."""
+        return self in (Backend.triton, Backend.persistent)
 
 
 class TPComm(str, Enum):

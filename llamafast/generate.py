@@ -20,6 +20,7 @@ import torch
 from llamafast.config import SamplingConfig
 from llamafast.errors import LlamafastError
 from llamafast.model import Transformer
+from llamafast.backends import check_decode_step
 from llamafast.prompt_graph import PromptGraphs
 from llamafast.sampling import sample, uses_counts
 from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
@@ -114,6 +115,7 @@ class Engine:
         positions start..; the repetition penalty still sees all of ids."""
         if not 0 <= start < len(ids):
             raise ValueError(f"prefill start {start} must leave at least one of the {len(ids)} prompt tokens to run")
+        check_decode_step(self.model)
         self.n_cached = start
         tokens = torch.tensor(ids, dtype=torch.long, device=self.token.device)
         self.pos.fill_(start)
@@ -271,6 +273,7 @@ def stream_tokens(engine: Engine, prompt_ids: list[int], max_new_tokens: int, st
             top = [(int(t), lp) for t, lp in zip(values[1 : 1 + k], values[1 + k :])]
             logprobs.append(TokenLogprob(values[0], top))
         yield int(buf[0])
+    check_decode_step(engine.model)
 
 
 @dataclass

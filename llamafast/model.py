@@ -160,8 +160,11 @@ class Transformer(nn.Module):
         eps = self.config.norm_eps
         sparse = self.sparse if tokens.shape[0] == 1 or self.sparse_prefill else None
         group = self.layout.group_size if self.layout else 0
-        for i, layer in enumerate(self.layers):
-            x = layer(x, pos, self.rope_cos, self.rope_sin, ops, eps, sparse, group, self.comm, i)
+        if tokens.shape[0] == 1 and self.backend.layers is not None and sparse is None and self.comm is None:
+            x = self.backend.layers(self, x, pos)
+        else:
+            for i, layer in enumerate(self.layers):
+                x = layer(x, pos, self.rope_cos, self.rope_sin, ops, eps, sparse, group, self.comm, i)
         if not all_logits and tokens.shape[0] > 1:
             x = x[-1:] if last is None else x.index_select(0, last)
         head = self.backend.decode if not all_logits or tokens.shape[0] == 1 else ops  # one row: the decode GEMV

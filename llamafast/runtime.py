@@ -53,7 +53,7 @@ class Startup:
 def tune(model, before: Callable[[tuning.Plan], None] | None = None, timer=None) -> Tuning | None:
     """Tunes model's decode launches for the shapes no table holds (once per GPU, cached); None where tuning does
     not apply. before(plan) hears of the plan first: a sweep (plan.missing) takes seconds."""
-    if model.backend.name != Backend.triton:  # the other backends launch no tuned kernels (and import no triton)
+    if not model.backend.name.fused:  # the other backends launch no tuned kernels (and import no triton)
         return None
     from llamafast import tuning
 

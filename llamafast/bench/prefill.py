@@ -98,7 +98,7 @@ def run_prefill_bench(
     gen = torch.Generator().manual_seed(0)
     report = PrefillReport(lm.source, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), chunk, reps,
                            environment(device))
-    runs = [(b, g) for b in backends for g in ((True, False) if b == Backend.triton and device.type == "cuda" else (False,))]
+    runs = [(b, g) for b in backends for g in ((True, False) if b.fused and device.type == "cuda" else (False,))]
     for backend, graphs in runs:
         model = with_backend(lm.model, backend)
         engine = Engine(model, SamplingConfig(temperature=0), max(lengths) + 1, prefill_chunk=chunk,

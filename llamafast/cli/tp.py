@@ -209,8 +209,8 @@ def on_rank0(ranks, step: Callable[[], T]) -> T:
 
 
 def check_tp_backend(ranks, backend: Backend | None) -> None:
-    if ranks is not None and backend == Backend.compile:
-        raise LlamafastError("--tp runs the triton and reference backends, not compile")
+    if ranks is not None and backend in (Backend.compile, Backend.persistent):
+        raise LlamafastError(f"--tp runs the triton and reference backends, not {backend.value}")
 
 
 def attach_comm(ranks, lm, kind) -> str | None:

@@ -71,8 +71,8 @@ def resolve_backend(backend: Backend | None, device: torch.device) -> Backend:
         return Backend.triton if device.type == "cuda" else Backend.reference
     if backend == Backend.compile and device.type != "cuda":
         raise LlamafastError("the compile backend captures CUDA graphs and needs a CUDA GPU")
-    if backend == Backend.triton and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise LlamafastError("the triton backend needs a CUDA GPU (TRITON_INTERPRET=1 runs it slowly on the CPU)")
+    if backend.fused and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise LlamafastError(f"the {backend.value} backend needs a CUDA GPU (TRITON_INTERPRET=1 runs it slowly on the CPU)")
     return backend
 
 

@@ -107,10 +107,9 @@ def preloading(config, dtype, fp8, backend, device: torch.device, ranks=None, wa
     """Around loading and running a model on the triton backend on one GPU (not under tensor parallelism; not with
     LLAMAFAST_PRELOAD=0): a KernelPreload for a model of this shape and the asked-for dtype and FP8 format, else
     None. What could not be saved afterwards goes to warn."""
-    from llamafast.config import Backend
 
     off = not settings().preload
-    if off or device.type != "cuda" or ranks or backend not in (None, Backend.triton):
+    if off or device.type != "cuda" or ranks or not (backend is None or backend.fused):
         yield None
         return
     path = preload_path(config, str(dtype), fp8.weights if fp8 else "float", torch.cuda.get_device_name(device))

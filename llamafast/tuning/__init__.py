@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from llamafast.measure.common import environment
-from llamafast.config import Backend, FP8Format, ModelConfig, WeightFormat
+from llamafast.config import FP8Format, ModelConfig, WeightFormat
 from llamafast.model import Transformer
 from llamafast.settings import settings
 from llamafast.tuning import cache
@@ -98,7 +98,7 @@ def prepare(model: Transformer, timer: Timer | None = None, folder: Path | None 
     cache.tune_dir(). ignore_committed: every key is tuned unless the from-scratch file holds it, and nothing
     joins the tables (`scripts/tune.py first-use` compares the result with the committed tables)."""
     device = model.tok_embeddings.weight.device
-    if not enabled() or model.backend.name != Backend.triton or (timer is None and device.type != "cuda"):
+    if not enabled() or not model.backend.name.fused or (timer is None and device.type != "cuda"):
         return None
     if model.weight_bytes_per_token() < MIN_BYTES:
         return None

@@ -107,7 +107,8 @@ def _decode_options(model, tokenizer, random_weights, shape, device, dtype, conf
     backends = backend or ([t.run.backend] if t.run.backend else None)
     if backends is None:
         cuda = t.device.type == "cuda"
-        backends = [Backend.triton] if cuda and (fp8 or ranks) else list(Backend) if cuda else [Backend.reference]
+        fused = [Backend.triton] if ranks else [Backend.triton, Backend.persistent]
+        backends = fused if cuda and (fp8 or ranks) else list(Backend) if cuda else [Backend.reference]
     check_backends(backends, t.device, ranks)
     return t, n_prompt, n_new, backends
 

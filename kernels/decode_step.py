@@ -1,0 +1,234 @@
+"""Every layer of one decode token in one persistent kernel: resident programs walk a task list in dependency order.
+
+    for each layer: qkv tiles -> attention splits (+ merge) -> wo tiles -> gate/up tiles -> w2 tiles
+
+The per-op graph launches about 5 kernels per layer, and each pays its ramp-up, its tail and a partial last wave
+(bench timeline: rmsnorm_qkv_rope at 82.7% of copy bandwidth, wo at 71.0% in FP8 on the H100). Here a grid of
+co-resident programs (SMs x programs per SM, checked at launch) takes the tasks (layer, op, tile) of the whole
+step round-robin in topological order, the same tile bodies the per-op kernels run. A task reads its first
+weight tile, then waits on the counter of the op it depends on (counters.py: a volatile spin, one acquire), so
+the next op's weight stream starts while the current op's last tiles finish; a program reports its tasks of an
+op with one release when it moves on to another op. Round-robin over a topological order cannot deadlock when every
+program is resident: the lowest unfinished task has every input done, and its program has nothing before it.
+
+Each layer has its own activation rows, and rows are padded to 128 bytes, so no SM can hold a stale line of an
+activation in L1: every row is written once per launch, before any program reads it. The counters (and the
+attention merge's tickets) are zeroed before each launch, inside the CUDA graph.
+
+SEQUENTIAL (the interpreter on the CPU): one program walks the whole list in order, so no task ever waits.
+The LM head and sampling run after it, as separate kernels.
+Legend: L layers, C dim, F hidden, H heads, KVH kv heads, D head_dim, S attention splits.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import INTERPRET, cdiv, dot_dim, next_pow2, scale_arg, w_fp8
+from .counters import report_done, wait_count
+from .decode_attention import attention_config, attention_split
+from .decode_step_plan import (CONFIGS, OPS, LayerTensors, StepConfig, offset_table, op_tasks, row_elems,
+                               step_config)
+from .linear_residual import linear_residual_tile
+from .rmsnorm_qkv_rope import qkv_rope_tile
+from .rmsnorm_swiglu import swiglu_tile
+
+__all__ = ["CONFIGS", "DecodeStep", "LayerTensors", "StepConfig"]
+
+class DecodeStep:
+    """The persistent kernel bound to one model's layers, caches and scratch: step(x, pos) -> the residual stream
+    after the last layer, (1, C). Build it outside graph capture (it allocates); every call replays unchanged."""
+
+    def __init__(self, layers: list[LayerTensors], cos: torch.Tensor, sin: torch.Tensor, n_heads: int, eps: float,
+                 configs: dict | None = None, attention_configs: dict | None = None):
+        first = layers[0]
+        self.layers, self.cos, self.sin, self.eps = layers, cos, sin, eps
+        self.c = first.attn_norm.numel()
+        self.f, self.n_qkv = first.w1.shape[0], first.wqkv.shape[0]
+        self.kvh, self.smax, self.d = first.k_cache.shape
+        self.h = n_heads
+        self.qd = n_heads * self.d
+        self.fmt = w_fp8(first.wqkv)
+        _check(layers, self)
+        dev, dt = first.k_cache.device, first.k_cache.dtype
+        self.cfg = step_config(CONFIGS if configs is None else configs, self.c, self.f, first.wqkv.data.element_size())
+        att = attention_config(self.kvh, n_heads // self.kvh, attention_configs)
+        self.split_len = att.split_len(self.smax)
+        self.n_splits = cdiv(self.smax, self.split_len)
+        self.block_s, n = att.block_s, len(layers)
+        self.rows = {"x": row_elems(self.c, dt), "q": row_elems(self.qd, dt), "f": row_elems(self.f, dt)}
+        self.xs = torch.zeros((n + 1) * self.rows["x"], device=dev, dtype=dt)  # row 0 unused; row l+1: layer l's out
+        self.hs = torch.zeros(n * self.rows["x"], device=dev, dtype=dt)
+        self.qs = torch.zeros(n * self.rows["q"], device=dev, dtype=dt)
+        self.att = torch.zeros(n * self.rows["q"], device=dev, dtype=dt)
+        self.fs = torch.zeros(n * self.rows["f"], device=dev, dtype=dt)
+        self.part_row = row_elems(n_heads * self.n_splits * self.d, torch.float32)
+        self.lse_row = row_elems(n_heads * self.n_splits, torch.float32)
+        self.part = torch.zeros(n * self.part_row, device=dev, dtype=torch.float32)
+        self.lse = torch.zeros(n * self.lse_row, device=dev, dtype=torch.float32)
+        self.counts_per_op = op_tasks(self.n_qkv, self.c, self.f, self.kvh, self.n_splits, self.cfg)
+        self.count_row = row_elems(len(OPS) + self.kvh, torch.int32)
+        self.counts = torch.zeros(n * self.count_row, device=dev, dtype=torch.int32)
+        self.watchdog = torch.zeros(1, device=dev, dtype=torch.int32)
+        self.table = offset_table(layers).to(dev)
+        self.grid: int | None = None
+        self.n_regs: int | None = None  # registers per thread of the compiled kernel, and spilled ones (GPU)
+        self.n_spills: int | None = None
+
+    def __call__(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        assert x.is_contiguous() and x.numel() == self.c and x.dtype == self.xs.dtype, "x: (1, C) in the cache dtype"
+        self.counts.zero_()
+        args, meta = self._args(x, pos)
+        if self.grid is None:
+            self.grid = self._programs(args, meta)
+        _decode_step_kernel[(self.grid,)](*args, self.grid, **meta)
+        n = len(self.layers)
+        return self.xs[n * self.rows["x"]: n * self.rows["x"] + self.c].view(1, self.c)
+
+    def check_watchdog(self) -> bool:
+        """True when some program gave up waiting on a counter since the step was built (waits on the GPU)."""
+        return bool(self.watchdog.item())
+
+    def _args(self, x, pos):
+        first, cfg = self.layers[0], self.cfg
+        args = (
+            x, self.xs, self.hs, self.qs, self.att, self.fs, self.part, self.lse, self.counts, self.watchdog,
+            self.table, first.wqkv.data, first.wo.data, first.w1.data, first.w3.data, first.w2.data,
+            scale_arg(first.wqkv), scale_arg(first.wo), scale_arg(first.w1), scale_arg(first.w3), scale_arg(first.w2),
+            first.attn_norm, first.ffn_norm, first.k_cache, first.v_cache, self.cos, self.sin, pos,
+            first.k_cache.stride(0), first.k_cache.stride(1), self.eps, self.d ** -0.5,
+        )
+        meta = dict(
+            LAYERS=len(self.layers), C=self.c, F=self.f, N_QKV=self.n_qkv, QD=self.qd, KVD=self.kvh * self.d,
+            KVH=self.kvh, HEAD_DIM=self.d, GROUP=self.h // self.kvh, N_SPLITS=self.n_splits,
+            XR=self.rows["x"], QR=self.rows["q"], FR=self.rows["f"], PR=self.part_row, LR=self.lse_row,
+            CR=self.count_row, W_FP8=self.fmt,
+            T_QKV=self.counts_per_op[0], T_ATT=self.counts_per_op[1], T_WO=self.counts_per_op[2],
+            T_FFN=self.counts_per_op[3], T_W2=self.counts_per_op[4],
+            BN_QKV=cfg.qkv[0], BK_QKV=cfg.qkv[1], BN_WO=cfg.wo[0], BK_WO=cfg.wo[1], BN_FFN=cfg.ffn[0], BK_FFN=cfg.ffn[1], BN_W2=cfg.w2[0], BK_W2=cfg.w2[1],
+            BLOCK_G=dot_dim(self.h // self.kvh), BLOCK_D=dot_dim(self.d), BLOCK_S=self.block_s,
+            SPLIT_LEN=self.split_len, FP32=self.xs.dtype == torch.float32, BLOCK_SPLITS=next_pow2(self.n_splits),
+            SEQUENTIAL=INTERPRET, num_warps=cfg.num_warps,
+        )
+        if cfg.max_registers and not INTERPRET:
+            meta["maxnreg"] = cfg.max_registers
+        return args, meta
+
+    def _programs(self, args, meta) -> int:
+        """Programs in the grid: every one resident at once, or the waits could deadlock."""
+        if INTERPRET:
+            return 1
+        kernel = _decode_step_kernel.warmup(*args, 1, grid=(1,), **meta)
+        kernel._init_handles()
+        props = torch.cuda.get_device_properties(self.xs.device)
+        threads = 32 * self.cfg.num_warps
+        regs = cdiv(kernel.n_regs * 32, 256) * 256 * self.cfg.num_warps  # allocated per warp in 256s
+        fit = min(props.regs_per_multiprocessor // max(regs, 1), props.max_threads_per_multi_processor // threads,
+                  props.shared_memory_per_multiprocessor // max(kernel.metadata.shared + 1024, 1024), 32)
+        self.n_regs, self.n_spills = kernel.n_regs, kernel.n_spills
+        if fit < 1:
+            raise RuntimeError(f"the decode step kernel cannot be resident: {kernel.n_regs} registers per thread")
+        return min(min(fit, self.cfg.programs_per_sm) * props.multi_processor_count, sum(self.counts_per_op))
+
+
+def _check(layers: list[LayerTensors], step: DecodeStep) -> None:
+    for i, t in enumerate(layers):
+        for name in ("wqkv", "wo", "w1", "w3", "w2"):
+            w = getattr(t, name)
+            assert w.data.is_contiguous() and w_fp8(w) == step.fmt, f"layer {i} {name}: contiguous, one format"
+            assert w.data.shape == getattr(layers[0], name).data.shape, f"layer {i} {name}: one shape for all"
+        assert t.k_cache.stride() == layers[0].k_cache.stride() == t.v_cache.stride(), "one cache layout"
+
+
+@triton.jit(do_not_specialize=["n_programs"])
+def _decode_step_kernel(
+    x_ptr, xs_ptr, hs_ptr, qs_ptr, att_ptr, fs_ptr, part_ptr, lse_ptr, count_ptr, watchdog_ptr,  # input, scratch
+    table_ptr,  # (L, 14) int64 offsets of each layer's tensors (decode_step_plan.TENSORS) from layer 0's below
+    wqkv_ptr, wo_ptr, w1_ptr, w3_ptr, w2_ptr, sqkv_ptr, swo_ptr, s1_ptr, s3_ptr, s2_ptr, an_ptr, fn_ptr, kc_ptr, vc_ptr,
+    cos_ptr, sin_ptr, pos_ptr, stride_ch, stride_cs, eps, sm_scale, n_programs,
+    LAYERS: tl.constexpr, C: tl.constexpr, F: tl.constexpr, N_QKV: tl.constexpr, QD: tl.constexpr,
+    KVD: tl.constexpr, KVH: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, N_SPLITS: tl.constexpr,
+    XR: tl.constexpr, QR: tl.constexpr, FR: tl.constexpr, PR: tl.constexpr, LR: tl.constexpr, CR: tl.constexpr,
+    W_FP8: tl.constexpr, T_QKV: tl.constexpr, T_ATT: tl.constexpr, T_WO: tl.constexpr, T_FFN: tl.constexpr,
+    T_W2: tl.constexpr,  # tasks per op (op_tasks)
+    BN_QKV: tl.constexpr, BK_QKV: tl.constexpr, BN_WO: tl.constexpr, BK_WO: tl.constexpr,
+    BN_FFN: tl.constexpr, BK_FFN: tl.constexpr, BN_W2: tl.constexpr, BK_W2: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr,
+    FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SEQUENTIAL: tl.constexpr,
+):
+    WAIT: tl.constexpr = not SEQUENTIAL
+    T_LAYER: tl.constexpr = T_QKV + T_ATT + T_WO + T_FFN + T_W2
+    known = tl.program_id(0) * 0 - 1  # the latest op (layer * OPS + op) this program has seen complete
+    pending = known * 0  # tasks of op pending_op done but not yet counted (counted once per op: one release)
+    pending_op = known
+    pending_ptr = count_ptr
+    for t in range(tl.program_id(0), LAYERS * T_LAYER, n_programs):
+        layer = t // T_LAYER
+        r = t - layer * T_LAYER
+        off = table_ptr + layer * 14
+        cnt = count_ptr + layer * CR
+        x_in = xs_ptr + layer * XR
+        if layer == 0:
+            x_in = x_ptr
+        op = r * 0
+        tile = r
+        n_dep = r * 0 + T_W2
+        if r >= T_QKV:
+            op, tile, n_dep = 1, r - T_QKV, T_QKV
+        if r >= T_QKV + T_ATT:
+            op, tile, n_dep = 2, r - T_QKV - T_ATT, T_ATT
+        if r >= T_QKV + T_ATT + T_WO:
+            op, tile, n_dep = 3, r - T_QKV - T_ATT - T_WO, T_WO
+        if r >= T_QKV + T_ATT + T_WO + T_FFN:
+            op, tile, n_dep = 4, r - T_QKV - T_ATT - T_WO - T_FFN, T_FFN
+        dep = layer * 5 + op - 1  # the op this task's input comes from (OPS = 5)
+        dep_ptr = count_ptr + (tl.maximum(dep, 0) // 5) * CR + tl.maximum(dep, 0) % 5
+        target = tl.where(dep > known, n_dep, 0)
+        known = tl.maximum(known, dep)  # (program_tasks mirrors this walk in Python)
+        if WAIT:  # this program's finished tasks of its previous op, reported at once before any wait
+            if (pending > 0) & (pending_op != dep + 1):
+                report_done(pending_ptr, pending)
+                pending = 0
+        if op == 0:
+            qkv_rope_tile(
+                tile, x_in, an_ptr + tl.load(off + 10), wqkv_ptr + tl.load(off), sqkv_ptr + tl.load(off + 5),
+                cos_ptr, sin_ptr, pos_ptr, qs_ptr + layer * QR, kc_ptr + tl.load(off + 12), vc_ptr + tl.load(off + 13),
+                N_QKV, C, QD, KVD, C, stride_ch, stride_cs, eps, HEAD_DIM, BN_QKV, BK_QKV, C % BK_QKV == 0, W_FP8,
+                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True,
+            )
+        elif op == 1:
+            if WAIT:
+                wait_count(dep_ptr, target, watchdog_ptr)
+            attention_split(
+                tile // N_SPLITS, tile % N_SPLITS, qs_ptr + layer * QR, kc_ptr + tl.load(off + 12),
+                vc_ptr + tl.load(off + 13), pos_ptr, part_ptr + layer * PR, lse_ptr + layer * LR, stride_ch, stride_cs,
+                N_SPLITS, sm_scale, cnt + 5, att_ptr + layer * QR, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S,
+                SPLIT_LEN, FP32, BLOCK_SPLITS,
+            )
+        elif op == 2:
+            linear_residual_tile(
+                tile, att_ptr + layer * QR, wo_ptr + tl.load(off + 1), swo_ptr + tl.load(off + 6), x_in,
+                hs_ptr + layer * XR, C, QD, QD, BN_WO, BK_WO, QD % BK_WO == 0, W_FP8,
+                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True,
+            )
+        elif op == 3:
+            swiglu_tile(
+                tile, hs_ptr + layer * XR, fn_ptr + tl.load(off + 11), w1_ptr + tl.load(off + 2),
+                w3_ptr + tl.load(off + 3), s1_ptr + tl.load(off + 7), s3_ptr + tl.load(off + 8), fs_ptr + layer * FR,
+                F, C, C, eps, BN_FFN, BK_FFN, C % BK_FFN == 0, W_FP8,
+                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True,
+            )
+        else:
+            linear_residual_tile(
+                tile, fs_ptr + layer * FR, w2_ptr + tl.load(off + 4), s2_ptr + tl.load(off + 9), hs_ptr + layer * XR,
+                xs_ptr + (layer + 1) * XR, C, F, F, BN_W2, BK_W2, F % BK_W2 == 0, W_FP8,
+                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True,
+            )
+        pending += 1
+        pending_op = dep + 1
+        pending_ptr = cnt + op
+    if WAIT:
+        if pending > 0:
+            report_done(pending_ptr, pending)

@@ -1,0 +1,108 @@
+"""The persistent decode step's plan on the host: its ops, launch table, the task walk each program of
+_decode_step_kernel (decode_step.py) makes (mirrored here in Python so that tests can check every schedule of
+it), and where each layer's tensors and activation rows lie."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from llamafast.config import Weight
+
+from ._common import INTERPRET, cdiv, next_pow2, scale_arg
+
+OPS = ("qkv", "attention", "wo", "ffn", "w2")  # per layer, in dependency order; each waits on the one before it
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """Tiles (block_n, block_k) per op and how many programs each SM holds; one warp count for every op."""
+
+    qkv: tuple[int, int]
+    wo: tuple[int, int]
+    ffn: tuple[int, int]
+    w2: tuple[int, int]
+    num_warps: int
+    programs_per_sm: int
+    max_registers: int | None = None  # per thread (ptxas maxnreg): caps the kernel so more programs fit an SM
+
+
+# (C, F, bytes per weight) -> launch. H100, Llama-2-7B (scripts/results/persistent/tune_7b_*_v2*.json): the best
+# of 15 launches each, 6.51 ms/token in bf16 and 5.92 in FP8 E5M2, against 4.74 and 2.84 for the per-op graph.
+CONFIGS: dict[tuple[int, int, int], StepConfig] = {
+    (4096, 11008, 2): StepConfig((16, 512), (8, 512), (8, 512), (8, 512), num_warps=8, programs_per_sm=2,
+                                 max_registers=128),
+    (4096, 11008, 1): StepConfig((8, 2048), (4, 2048), (4, 2048), (4, 2048), num_warps=4, programs_per_sm=2),
+}
+
+
+def step_config(table: dict, c: int, f: int, nbytes: int) -> StepConfig:
+    """The committed launch for a shape, else the 7B FP8 one's layout: 4 warps, 2 programs per SM, 4 KB tiles."""
+    if (c, f, nbytes) in table:
+        return table[(c, f, nbytes)]
+    if INTERPRET:  # one program, few large tiles
+        return StepConfig((64, 128), (64, 128), (64, 128), (64, 128), 4, 1)
+    bk = min(2048 // nbytes, next_pow2(max(c, 16)))
+    return StepConfig((8, bk), (4, bk), (4, bk), (4, bk), 4, 2)
+
+
+def op_tasks(n_qkv: int, c: int, f: int, kvh: int, n_splits: int, cfg: StepConfig) -> tuple[int, ...]:
+    """Tasks per op of one layer (OPS order): row tiles of each projection, one task per attention split."""
+    return cdiv(n_qkv, cfg.qkv[0]), kvh * n_splits, cdiv(c, cfg.wo[0]), cdiv(f, cfg.ffn[0]), cdiv(c, cfg.w2[0])
+
+
+def program_tasks(program: int, n_programs: int, n_layers: int, counts: tuple[int, ...]):
+    """The tasks program walks, in order, as _decode_step_kernel walks them: (layer, op, tile, (layer, op) it
+    waits for or None, that op's task count)."""
+    per_layer = sum(counts)
+    for t in range(program, n_layers * per_layer, n_programs):
+        layer, r = divmod(t, per_layer)
+        op = 0
+        while r >= counts[op]:
+            r, op = r - counts[op], op + 1
+        dep = layer * len(OPS) + op - 1
+        yield layer, op, r, (divmod(dep, len(OPS)) if dep >= 0 else None), counts[op - 1]
+
+
+@dataclass(frozen=True)
+class LayerTensors:
+    """What one layer's decode reads and writes."""
+
+    attn_norm: torch.Tensor
+    wqkv: Weight
+    wo: Weight
+    ffn_norm: torch.Tensor
+    w1: Weight
+    w3: Weight
+    w2: Weight
+    k_cache: torch.Tensor  # (KVH, Smax, D)
+    v_cache: torch.Tensor
+
+
+def row_elems(n: int, dtype: torch.dtype) -> int:
+    """Elements per activation row: n, padded to whole 128-byte lines."""
+    per_line = 128 // torch.tensor([], dtype=dtype).element_size()
+    return cdiv(n, per_line) * per_line
+
+
+# Columns of the offset table: each layer's tensors as element offsets from layer 0's.
+TENSORS = ("wqkv", "wo", "w1", "w3", "w2", "sqkv", "swo", "s1", "s3", "s2", "attn_norm", "ffn_norm", "k", "v")
+
+
+def offset_table(layers: list[LayerTensors]) -> torch.Tensor:
+    """(L, len(TENSORS)) int64: where each layer's tensors lie, in elements from layer 0's."""
+    def tensors(t: LayerTensors) -> list[torch.Tensor]:
+        ws = [t.wqkv, t.wo, t.w1, t.w3, t.w2]
+        return [w.data for w in ws] + [scale_arg(w) for w in ws] + [t.attn_norm, t.ffn_norm, t.k_cache, t.v_cache]
+
+    base = tensors(layers[0])
+    rows = []
+    for t in layers:
+        row = []
+        for a, b in zip(tensors(t), base):
+            delta = a.data_ptr() - b.data_ptr()
+            assert a.dtype == b.dtype and delta % a.element_size() == 0, "layers' tensors: one dtype, aligned"
+            row.append(delta // a.element_size())
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.int64)

@@ -1,0 +1,138 @@
+"""The persistent decode step (kernels/decode_step.py): its task walk in plain Python (every task's inputs are
+complete before it starts, in every schedule, and no schedule deadlocks), and its logits against the reference
+path on the same weights (the interpreter walks the tasks in one program on the CPU; the GPU runs the resident grid,
+7B, 13B and GQA 70B layer shapes, 64 steps)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from llamafast.backends import build
+from llamafast.config import MODEL_CONFIGS, Backend, FP8Format, WeightFormat
+from llamafast.kernels.decode_step_plan import OPS, StepConfig, op_tasks, program_tasks
+from llamafast.load.weights import quantize_state, random_state
+
+from .common import DEVICE, ODD, ON_GPU
+
+# What each op reads and writes of its layer l (x[l] is layer l's input; w2 writes x[l + 1]).
+READS = {"qkv": {("x", 0)}, "attention": {("q", 0), ("cache", 0)}, "wo": {("att", 0), ("x", 0)},
+         "ffn": {("h", 0)}, "w2": {("f", 0), ("h", 0)}}
+WRITES = {"qkv": {("q", 0), ("cache", 0)}, "attention": {("att", 0)}, "wo": {("h", 0)}, "ffn": {("f", 0)},
+          "w2": {("x", 1)}}
+
+
+def _simulate(n_programs: int, n_layers: int, counts: tuple[int, ...], rng: random.Random) -> list[tuple]:
+    """Runs the programs' walks in a random interleaving under the counter rule, each program reporting its tasks
+    of an op when its next task is of another op (or it has none left), as the kernel does; returns the tasks in
+    the order they completed. A step that finds every program blocked is a deadlock."""
+    walks = [list(program_tasks(p, n_programs, n_layers, counts)) for p in range(n_programs)]
+    pending: list[tuple[tuple[int, int] | None, int]] = [(None, 0)] * n_programs
+    done: dict[tuple[int, int], int] = {}
+    order = []
+    while any(walks) or any(n for _, n in pending):
+        for p, walk in enumerate(walks):  # report before waiting
+            op, n = pending[p]
+            if n and (not walk or walk[0][:2] != op):
+                done[op] = done.get(op, 0) + n
+                pending[p] = (None, 0)
+        ready = [p for p, w in enumerate(walks) if w and (w[0][3] is None or done.get(w[0][3], 0) >= w[0][4])]
+        if not ready:
+            assert not any(walks), "deadlock: every program waits"
+            continue
+        p = rng.choice(ready)
+        layer, op, tile, _, _ = walks[p].pop(0)
+        pending[p] = ((layer, op), pending[p][1] + 1)
+        order.append((layer, op, tile))
+    return order
+
+
+@pytest.mark.parametrize("n_programs", [1, 3, 7, 64])
+def test_every_schedule_runs_each_task_once_after_its_inputs(n_programs):
+    counts = (5, 3, 4, 6, 2)
+    n_layers = 3
+    for seed in range(20):
+        order = _simulate(n_programs, n_layers, counts, random.Random(seed))
+        assert sorted(order) == sorted((l, o, t) for l in range(n_layers) for o in range(5) for t in range(counts[o]))
+        finished: dict[tuple[int, int], int] = {}
+        written = {("x", 0)}  # the step's input
+        for layer, op, _ in order:
+            name = OPS[op]
+            for buf, d in READS[name]:  # a buffer is read only once every task of the op that writes it is done
+                assert (buf, layer + d) in written, (layer, name, buf)
+            finished[(layer, op)] = finished.get((layer, op), 0) + 1
+            if finished[(layer, op)] == counts[op]:
+                written |= {(buf, layer + d) for buf, d in WRITES[name]}
+
+
+def test_each_op_waits_for_the_one_before_it():
+    counts = op_tasks(48, 16, 40, 2, 4, StepConfig((8, 16), (4, 16), (4, 16), (4, 16), 4, 1))
+    assert counts == (6, 8, 4, 10, 4)
+    for layer, op, _, dep, n in program_tasks(0, 1, 2, counts):
+        previous = (layer, op - 1) if op else (layer - 1, len(OPS) - 1)
+        assert dep == (previous if previous[0] >= 0 else None) and n == counts[op - 1]
+
+
+def _twins(config, dtype, fp8: FP8Format | None):
+    """(reference, persistent) models on the same weights (FP8: the reference reads them dequantized)."""
+    state = random_state(config, DEVICE, dtype)
+    fmt = WeightFormat.float
+    if fp8 is not None:
+        state, fmt = quantize_state(state, fp8), fp8.format
+    return build(config, state, Backend.reference, fmt), build(config, state, Backend.persistent, fmt)
+
+
+def _step_errors(ref, fused, steps: int, prompt: int = 3) -> list[float]:
+    """Normwise relative error of the persistent step's logits, teacher forced on the same random tokens."""
+    tokens = torch.randint(0, ref.config.vocab_size, (prompt + steps,), generator=torch.Generator().manual_seed(0))
+    tokens = tokens.to(DEVICE)
+    errors = []
+    with torch.no_grad():
+        for m in (ref, fused):
+            m.setup_cache(prompt + steps)
+            m(tokens[:prompt], torch.zeros((), dtype=torch.long, device=DEVICE))
+        for i in range(prompt, prompt + steps):
+            pos = torch.tensor(i, device=DEVICE)
+            want, got = ref(tokens[i: i + 1], pos), fused(tokens[i: i + 1], pos)
+            errors.append(((got - want).norm() / want.norm()).item())
+    return errors
+
+
+# Relative logit error of the persistent step against the reference on the same weights (the reference is fed
+# FP8 weights dequantized, so only rounding differs): fp32 summation order; half precision a few rounding steps.
+BOUNDS = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+
+@pytest.mark.parametrize("config,dtype,fp8", [
+    pytest.param(MODEL_CONFIGS["stories260K"], torch.float32, None, id="stories260K-fp32"),
+    pytest.param(ODD, torch.float16, None, id="odd-fp16"),
+    pytest.param(ODD, torch.float16, FP8Format.e5m2, id="odd-e5m2"),
+    pytest.param(ODD, torch.float32, FP8Format.e4m3, id="odd-e4m3"),
+])
+def test_logits_match_reference(config, dtype, fp8):
+    ref, fused = _twins(dataclasses.replace(config, n_layers=2), dtype, fp8)
+    errors = _step_errors(ref, fused, steps=3 if not ON_GPU else 16)
+    assert max(errors) < BOUNDS[dtype], errors
+
+
+def _layers(name: str, n: int):
+    return dataclasses.replace(MODEL_CONFIGS[name], n_layers=n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config,fp8", [
+    pytest.param(_layers("llama-2-7b", 4), None, id="7b"),
+    pytest.param(_layers("llama-2-7b", 4), FP8Format.e5m2, id="7b-e5m2"),
+    pytest.param(_layers("llama-2-7b", 4), FP8Format.e4m3, id="7b-e4m3"),
+    pytest.param(_layers("llama-2-13b", 4), None, id="13b"),
+    pytest.param(_layers("llama-2-70b", 2), None, id="70b-gqa"),
+    pytest.param(_layers("smollm2-135m", 30), None, id="smollm2"),
+])
+def test_bf16_logits_match_reference_for_64_steps(config, fp8):
+    ref, fused = _twins(config, torch.bfloat16, fp8)
+    errors = _step_errors(ref, fused, steps=64, prompt=16)
+    print(f"persistent vs reference, bf16: max {max(errors):.2e}, mean {sum(errors) / len(errors):.2e}")
+    assert max(errors) < BOUNDS[torch.bfloat16], errors
