@@ -38,7 +38,8 @@ CONFIGS: dict[tuple[int, int, int], StepConfig] = {
 
 
 def step_config(table: dict, c: int, f: int, nbytes: int) -> StepConfig:
-    """The committed launch for a shape, else the 7B FP8 one's layout: 4 warps, 2 programs per SM, 4 KB tiles."""
+    """The committed launch for a shape, else the 7B FP8 one's layout: 4 warps, 2 programs per SM, tiles of 2 KB of
+    each of 8 (qkv) or 4 rows."""
     if (c, f, nbytes) in table:
         return table[(c, f, nbytes)]
     if INTERPRET:  # one program, few large tiles

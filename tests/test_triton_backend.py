@@ -30,8 +30,9 @@ def test_golden_prefix_through_interpreter(golden):
 
 
 @pytest.mark.gpu
-def test_golden_on_cuda_graph(golden):
-    lm = load_model(None, device=torch.device("cuda"), dtype=DType.float32, backend=Backend.triton)
+@pytest.mark.parametrize("backend", [Backend.triton, Backend.persistent])
+def test_golden_on_cuda_graph(golden, backend):
+    lm = load_model(None, device=torch.device("cuda"), dtype=DType.float32, backend=backend)
     case = golden["prompt_once_upon_a_time"]
     out = generate(Engine(lm.model, GREEDY, 69), lm.tokenizer, case["prompt_ids_with_bos"], 64)
     assert out.token_ids == case["continuation_ids"]
