@@ -320,7 +320,7 @@ def first_use(a) -> None:
 
 # -- persistent: the one-kernel decode step ---------------------------------------------------------------------
 
-# (warps, programs per SM, qkv block_n, bf16 block_k, registers per thread); uncapped, the kernel takes 248-255.
+# (warps, programs per SM, qkv block_n, bf16 block_k, registers per thread); uncapped, the kernel takes 233-255.
 PERSISTENT_GRID = [(4, 2, 8, 1024, None), (4, 4, 8, 1024, 128), (4, 3, 8, 1024, 168), (4, 4, 4, 1024, 128),
                    (2, 8, 4, 1024, 128), (2, 6, 4, 1024, 168), (8, 2, 16, 512, 128)]
 
