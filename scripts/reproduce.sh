@@ -134,7 +134,7 @@ stage_tp_floors() {
   local shape
   for shape in 7b 13b 70b; do
     python scripts/tune.py tp --shape "llama-2-$shape" --world 2 --out "$1/tune_tp2_$shape.json"
-    python scripts/profile_decode.py tp --world 2 --shape "llama-2-$shape" --out "$1/floor_tp2_$shape.json"
+    python scripts/profile_tp.py --world 2 --shape "llama-2-$shape" --out "$1/floor_tp2_$shape.json"
   done
 }
 

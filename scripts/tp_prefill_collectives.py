@@ -45,7 +45,7 @@ def main(out: str) -> None:
     group = dist.group.WORLD.group_name
     rows = []
     # (tokens, K, N): the prompt chunk through this rank's wqkv (7B TP=2: 6144 rows) and w1|w3 (2 x 5504).
-    for m, k, n in ((2048, 4096, 6144), (2048, 4096, 11008), (4000, 4096, 6144)):
+    for m, k, n in ((512, 4096, 6144), (2048, 4096, 6144), (2048, 4096, 11008), (4000, 4096, 6144)):
         a_shard = torch.randn(m // world, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) * k ** -0.5
         gathered = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)

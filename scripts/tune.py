@@ -234,9 +234,9 @@ def _select_sweep(sets, key, router: bool) -> dict:
 
 def tp(a) -> None:
     """Rank 0's shard of a tensor-parallel model on this one GPU: its decode step without communication (the floor
-    its launches set, as profile_decode.py tp times it), then each decode GEMV's launches at the shard's shapes."""
+    its launches set, as profile_tp.py times it), then each decode GEMV's launches at the shard's shapes."""
     from llamafast.kernels import linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope, rmsnorm_swiglu
-    from profile_decode import one_gpu_steps  # scripts/, this file's folder, is on sys.path
+    from profile_tp import one_gpu_steps  # scripts/, this file's folder, is on sys.path
 
     model, steps = one_gpu_steps(a.shape, a.world, CUDA)
     copy_bw, layer, c, dt = copy_bandwidth(CUDA), model.layers[0], model.config.dim, torch.bfloat16
@@ -328,7 +328,7 @@ PERSISTENT_GRID = [(4, 2, 8, 1024, None), (4, 4, 8, 1024, 128), (4, 3, 8, 1024, 
 def persistent(a) -> None:
     """The persistent decode kernel's tiles, warps and programs per SM at a shape: each launch checked against the
     per-op kernels' logits over 8 steps, then timed (graphed steps) beside the per-op graph, timed first and last."""
-    from profile_decode import step_ms
+    from profile_tp import step_ms
     from llamafast.backends import with_backend
     from llamafast.kernels.decode_step_plan import StepConfig
     fp8 = FP8Format(a.fp8) if a.fp8 else None

@@ -1,0 +1,142 @@
+"""What a tensor-parallel decode step's synchronisation costs: the graphed step per way of communicating, against
+its floor (each rank's shard decoding with no communication at all: wrong numbers, the time communication adds
+to), timed in the same call on the same GPUs. docs/tensor-parallel.md's per-point costs come from it, and a change
+to the tensor-parallel step is weighed with it.
+
+    torchrun --standalone --nproc-per-node 2 scripts/profile_tp.py --shape llama-2-7b --out OUT.json
+    python scripts/profile_tp.py --world 2 --shape llama-2-7b --out OUT.json   # one GPU: TP=1 and rank 0's floor
+
+Under torchrun, per variant: none (the floor, timed on every rank at once: the spread between the ranks' floors is
+their drift, which every wait exposes), NCCL all-reduces, and symmetric memory with and without programmatic
+dependent launch (gemv.use_pdl). Each variant's cost per synchronisation point is (its ms/token - the slowest
+rank's floor) / points, points = 2 per layer + 1 for the logits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from unittest import mock
+
+import torch
+import torch.distributed as dist
+
+from llamafast.config import Backend, DType, SamplingConfig, TPComm
+from llamafast.errors import LlamafastError
+from llamafast.generate import Engine
+from llamafast.load import random_model
+from llamafast.load.shard import Shard
+from llamafast.measure.common import copy_bandwidth, environment
+from llamafast.tp.comm import make_comm
+from llamafast.tp.dist import setup
+
+
+class NoComm:
+    """Each rank's partial sums kept to itself: the arithmetic of a TP step without its communication."""
+
+    name = TPComm.nccl
+
+    def row_linear(self, ops, x, w, residual, slot):
+        return ops.linear_residual(x, w, residual)
+
+    def lm_head(self, ops, x, norm_w, w, eps, slot):
+        return ops.rmsnorm_lm_head(x, norm_w, w, eps)
+
+
+def step_ms(model, steps: int = 200) -> float:
+    """Milliseconds per graphed decode step, after a 16-token prompt and 4 warm-up steps."""
+    engine = Engine(model, SamplingConfig(temperature=0), 16 + steps + 8)
+    engine.prefill(list(range(1, 17)))
+    for _ in range(4):
+        engine.decode()
+    torch.cuda.synchronize()
+    if dist.is_initialized():
+        dist.barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        engine.decode()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / steps
+
+
+def _step(name: str, ms: float, show: bool = True, **extra) -> dict:
+    if show:
+        print(f"{name:28} {ms:7.3f} ms/token {1e3 / ms:7.1f} tok/s"
+              + "".join(f"  {k} {v:.2f}" for k, v in extra.items()), flush=True)
+    return {"variant": name, "ms_per_token": ms, "tok_s": 1e3 / ms, **extra}
+
+
+def one_gpu_steps(shape: str, world: int, device: torch.device):
+    """Rank 0's shard of a `world`-way split on this one GPU, and its steps: TP=1 (the whole model, where it fits)
+    and the shard's floor. Returns (the shard's model, the steps)."""
+    model = random_model(shape, device, DType.bfloat16, Backend.triton, shard=Shard(0, world)).model
+    steps = []
+    try:
+        steps.append(_step("TP=1", step_ms(random_model(shape, device, DType.bfloat16, Backend.triton).model)))
+    except LlamafastError as e:  # 70B: 138 GB
+        print(f"TP=1: {e}")
+    torch.cuda.empty_cache()
+    model.comm = NoComm()
+    steps.append(_step("none (floor)", step_ms(model)))
+    return model, steps
+
+
+def variants(ranks, model):
+    """(name, comm, PDL on) per variant, the floor first."""
+    config, sharded = model.config, model.shard.vocab_sharded(model.config)
+    yield "none (floor)", NoComm(), True
+    yield "nccl", make_comm(TPComm.nccl, ranks, config, sharded, "graph")[0], True
+    symm = make_comm(TPComm.symm, ranks, config, sharded, "graph")[0]
+    yield "symm", symm, True
+    yield "symm, PDL off", symm, False
+
+
+def under_torchrun(shape: str):
+    """Every variant on every rank; returns (ranks, the leader's rows)."""
+    from llamafast.kernels import gemv
+
+    ranks = setup(None)
+    model = random_model(shape, ranks.device, DType.bfloat16, Backend.triton, shard=ranks.shard).model
+    points = 2 * model.config.n_layers + 1
+    steps, floor = [], None
+    for name, comm, pdl in variants(ranks, model):
+        model.comm = comm
+        with mock.patch.object(gemv, "use_pdl", gemv.use_pdl if pdl else lambda *a: False):
+            ms = step_ms(model)
+        every = [None] * ranks.shard.world
+        dist.all_gather_object(every, ms, group=ranks.control)
+        if floor is None:  # the floor: every rank's, and their spread
+            floor = max(every)
+            steps.append(_step(name, ms, ranks.leader, slowest_rank_ms=floor, drift_us_per_point=1e3 * (
+                floor - min(every)) / points))
+        else:
+            steps.append(_step(name, ms, ranks.leader, us_per_point=1e3 * (ms - floor) / points))
+    return ranks, steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", default="llama-2-7b")
+    parser.add_argument("--out", required=True, help="the JSON report")
+    parser.add_argument("--world", type=int, default=2, help="without torchrun: the tensor-parallel size whose rank 0 is timed")
+    a = parser.parse_args()
+    torchrun = "WORLD_SIZE" in os.environ
+    if torchrun:
+        ranks, steps = under_torchrun(a.shape)
+        world, device, leader = ranks.shard.world, ranks.device, ranks.leader
+    else:
+        steps = one_gpu_steps(a.shape, a.world, torch.device("cuda"))[1]
+        world, device, leader = a.world, torch.device("cuda"), True
+    if leader:
+        with open(a.out, "w") as f:
+            json.dump({"shape": a.shape, "world": world, "copy_bw_gb_s": copy_bandwidth(device),
+                       "one_gpu": not torchrun, "environment": environment(device), "steps": steps}, f, indent=1)
+    if torchrun:
+        dist.barrier()
+
+
+if __name__ == "__main__":
+    main()
