@@ -22,7 +22,6 @@ from llamafast.config import Weight, WeightFormat
 
 from ._common import INTERPRET, decode_weights, next_pow2, w_fp8
 from .counters import wait_count
-from .tagged import load_tagged
 
 
 @triton.jit
@@ -37,7 +36,6 @@ def dot_rows(
     wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT: x is ready once *wait_ptr >= wait_target (counters.py)
     WAIT: tl.constexpr = False,
     PREFETCH: tl.constexpr = False,  # load each weight tile one step ahead of its multiply (_prefetched)
-    e_ptr=None,  # tensor parallel: the int32 tag of this step, which the partials carry (tagged.py)
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # reduced once, after the loop
@@ -45,24 +43,24 @@ def dot_rows(
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
     offs = rows[:, None].to(tl.int64) * stride_wn
     start = 0
-    if PDL or WAIT or PREFETCH or PARTS > 0:  # partials may still be on their way: the first tile goes first
+    if PDL or WAIT or PREFETCH:
         k = tl.arange(0, BLOCK_K)
         w, w2 = _first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR, PDL)
         if WAIT:
             wait_count(wait_ptr, wait_target, watchdog_ptr)
         if PREFETCH:
             acc, acc2, ss = _prefetched(w_ptr + offs, w2_ptr + offs, w, w2, acc, acc2, ss, x_ptr, g_ptr, p_ptr, xo_ptr,
-                                        e_ptr, row_mask, K, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS)
+                                        row_mask, K, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS)
             start = K
         else:
-            x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, e_ptr, ss, k, K, NORM, EVEN_K, PARTS)
+            x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
             acc += w * x[None, :]
             if PAIR:
                 acc2 += w2 * x[None, :]
             start = BLOCK_K
     for k0 in range(start, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
-        x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, e_ptr, ss, k, K, NORM, EVEN_K, PARTS)
+        x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
         acc += _load_tile(w_ptr + offs, k, K, row_mask, EVEN_K, W_FP8) * x[None, :]
         if PAIR:
             acc2 += _load_tile(w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8) * x[None, :]
@@ -75,7 +73,7 @@ def dot_rows(
 
 
 @triton.jit
-def _prefetched(row_ptrs, row_ptrs2, w, w2, acc, acc2, ss, x_ptr, g_ptr, p_ptr, xo_ptr, e_ptr, row_mask, K,
+def _prefetched(row_ptrs, row_ptrs2, w, w2, acc, acc2, ss, x_ptr, g_ptr, p_ptr, xo_ptr, row_mask, K,
                 BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr,
                 W_FP8: tl.constexpr, PARTS: tl.constexpr):
     """The K loop from the loaded first tile (w, w2) on, each tile's load issued before the previous tile's
@@ -88,13 +86,12 @@ def _prefetched(row_ptrs, row_ptrs2, w, w2, acc, acc2, ss, x_ptr, g_ptr, p_ptr, 
         w2_next = w_next
         if PAIR:
             w2_next = _load_tile(row_ptrs2, k_next, K, row_mask, EVEN_K, W_FP8)
-        x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, e_ptr, ss, k0 + tl.arange(0, BLOCK_K), K, NORM, EVEN_K,
-                            PARTS)
+        x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
         acc += w * x[None, :]
         if PAIR:
             acc2 += w2 * x[None, :]
         w, w2 = w_next, w2_next
-    x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, e_ptr, ss, last + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
+    x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, last + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
     acc += w * x[None, :]
     if PAIR:
         acc2 += w2 * x[None, :]
@@ -102,12 +99,11 @@ def _prefetched(row_ptrs, row_ptrs2, w, w2, acc, acc2, ss, x_ptr, g_ptr, p_ptr, 
 
 
 @triton.jit
-def _activation(x_ptr, g_ptr, p_ptr, xo_ptr, e_ptr, ss, k, K, NORM: tl.constexpr, EVEN_K: tl.constexpr,
-                PARTS: tl.constexpr):
+def _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM: tl.constexpr, EVEN_K: tl.constexpr, PARTS: tl.constexpr):
     """The K-slice k of the input (plus the ranks' partials), RMSNorm-weighted when NORM; ss gains its squares."""
     x = _load_vector(x_ptr, k, K, EVEN_K)
     if PARTS > 0:
-        x = _add_parts(x, p_ptr, xo_ptr, e_ptr, k, K, PARTS)
+        x = _add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K, PARTS)
     if NORM:
         ss += x * x
         x = x * _load_vector(g_ptr, k, K, EVEN_K)
@@ -134,14 +130,11 @@ def _first_tile(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8
 
 
 @triton.jit
-def _add_parts(x, p_ptr, xo_ptr, e_ptr, k, K, PARTS: tl.constexpr):
-    """x + the ranks' partial sums (PARTS rows of K tagged words, tp_sync.py; waited for slice by slice, so a
-    program works on the slices that have arrived while the rest are on their way, and added in rank order, so
-    every rank gets the same bits), rounded to the residual stream's dtype as the one-GPU linear_residual rounds
-    it; program 0 stores it."""
-    tag = tl.load(e_ptr)
+def _add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K: tl.constexpr, PARTS: tl.constexpr):
+    """x + the ranks' partial sums (PARTS rows of K fp32, added in rank order, so every rank gets the same bits),
+    rounded to the residual stream's dtype as the one-GPU linear_residual rounds it; program 0 stores it."""
     for r in tl.static_range(PARTS):
-        x += load_tagged(p_ptr + r * K, k, K, tag)
+        x += _load_vector(p_ptr + r * K, k, K, EVEN_K)
     x = x.to(xo_ptr.dtype.element_ty)
     tl.store(xo_ptr + k, x, mask=(k < K) & (tl.program_id(0) == 0))
     return x.to(tl.float32)

@@ -14,7 +14,7 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_rows, check_vector, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
-from .tp_sync import Peers, consumer_args, push_rows
+from .tp_sync import Peers, consumer_args, push_rows, release_slot, signal_peers, wait_arrivals
 
 # (V, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 88.4 us = 2966 GB/s at 7B in bf16,
 # 48.2 us = 2720 GB/s in FP8 (E5M2).
@@ -33,31 +33,39 @@ def _rmsnorm_lm_head_kernel(
     x_ptr, g_ptr, w_ptr, s_ptr, out_ptr,  # x (C,), g (C,), W (V, C), E4M3 scales (V,), logits (V,) fp32
     V, C, stride_wn, eps,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-    p_ptr=None, xo_ptr=None, e_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
-    table_ptr=None, offset=0, WORLD: tl.constexpr = 0,  # tensor parallel: push a vocabulary shard
+    p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
+    table_ptr=None, flags_table=None, counter_ptr=None, offset=0, flag_offset=0, WORLD: tl.constexpr = 0,  # push
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
 ):
+    if PARTS > 0:
+        wait_arrivals(f_ptr, PARTS)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < V
     acc, _, ss = dot_rows(
         w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL, e_ptr=e_ptr,
+        p_ptr, xo_ptr, PARTS, PDL,
     )
     logits = acc * tl.rsqrt(ss / C + eps)
     if WORLD > 0:  # a vocabulary shard: into every rank's logits row
-        push_rows(logits, rows, mask, table_ptr, offset, e_ptr, WORLD)
+        push_rows(logits, rows, mask, table_ptr, offset, WORLD)
     else:
         tl.store(out_ptr + rows, logits, mask=mask)
+    if PARTS > 0:
+        release_slot(f_ptr)
+    if WORLD > 0:
+        signal_peers(counter_ptr, flags_table, flag_offset, WORLD)
 
 
 def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float, configs=None,
-                    push: Peers | None = None):
+                    push: tuple[Peers, int] | None = None):
     """Same contract as llamafast.reference.rmsnorm_lm_head for one token: x (1, C) -> logits (1, V) fp32; x may
-    be a tp_sync.SummedInput. push=peers: w is this rank's vocabulary shard, and its logits go into every rank's
-    peers.logits (tp_sync.wait_logits returns the whole row); returns None then."""
+    be a tp_sync.SummedInput. push=(peers, slot): w is this rank's vocabulary shard, and its logits go into every
+    rank's peers.logits (tp_sync.wait_logits returns the whole row); returns None then."""
     x, parts = consumer_args(x)
     if push is not None:
-        parts.update(table_ptr=push.logits_table, offset=push.rank * w.shape[0], e_ptr=push.epoch, WORLD=push.world)
+        peers, slot = push
+        parts.update(table_ptr=peers.logits_table, flags_table=peers.flags_table, counter_ptr=peers.counters[slot:],
+                     offset=peers.rank * w.shape[0], flag_offset=slot * 2, WORLD=peers.world)
     v, c = w.shape
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
@@ -66,7 +74,7 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float
     cfg = gemv_config(CONFIGS if configs is None else configs, w.data)
     _rmsnorm_lm_head_kernel[(cdiv(v, cfg.block_n),)](
         x, norm_w, w.data, scale_arg(w), out, v, c, w.data.stride(0), eps,
-        **launch_args(cfg, w, pdl=True),
+        **launch_args(cfg, w, pdl=not parts),
         **parts,
     )
     return None if push is not None else out

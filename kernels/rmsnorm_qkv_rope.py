@@ -21,7 +21,7 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_rows, check_vector, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
-from .tp_sync import consumer_args
+from .tp_sync import consumer_args, release_slot, wait_arrivals
 
 # (N, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 36.7 us = 2741 GB/s at 7B in bf16,
 # 21.5 us = 2342 GB/s in FP8 (E5M2).
@@ -41,14 +41,18 @@ def _rmsnorm_qkv_rope_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr,  # q out (H*D,); caches (KVH, Smax, D)
     N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps,  # N = QD + 2*KVD rows; cache strides (head, seq)
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-    p_ptr=None, xo_ptr=None, e_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
+    p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
 ):
+    if PARTS > 0:
+        wait_arrivals(f_ptr, PARTS)
     qkv_rope_tile(
         tl.program_id(0), x_ptr, g_ptr, w_ptr, s_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
         N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps, HEAD_DIM, BLOCK_N, BLOCK_K, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL, e_ptr=e_ptr,
+        p_ptr, xo_ptr, PARTS, PDL,
     )
+    if PARTS > 0:
+        release_slot(f_ptr)
 
 
 @triton.jit
@@ -58,7 +62,7 @@ def qkv_rope_tile(
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0, PDL: tl.constexpr = False,
     wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
-    PREFETCH: tl.constexpr = False, e_ptr=None,
+    PREFETCH: tl.constexpr = False,
 ):
     """Rows tile * BLOCK_N ... of the kernel's output: q rows, or k and v rows stored into the caches."""
     rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -66,7 +70,7 @@ def qkv_rope_tile(
     acc, _, ss = dot_rows(
         w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
         p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT,
-        PREFETCH, e_ptr,
+        PREFETCH,
     )
     acc = acc * tl.rsqrt(ss / C + eps)
     # RoPE on (even, odd) row pairs of q and k; v rows pass through.
@@ -104,6 +108,6 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
         x, norm_w, wqkv.data, scale_arg(wqkv), cos, sin, pos, q, k_cache, v_cache,
         n, c, qd, kvh * d, wqkv.data.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
-        HEAD_DIM=d, **launch_args(cfg, wqkv, block_n, pdl=True), **parts,
+        HEAD_DIM=d, **launch_args(cfg, wqkv, block_n, pdl=not parts), **parts,
     )
     return q

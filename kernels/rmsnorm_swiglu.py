@@ -17,7 +17,7 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_rows, check_vector, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
-from .tp_sync import consumer_args
+from .tp_sync import consumer_args, release_slot, wait_arrivals
 
 # (F, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 64.8 us = 2785 GB/s at 7B in bf16,
 # 35.9 us = 2516 GB/s in FP8 (E5M2).
@@ -36,11 +36,15 @@ def _rmsnorm_swiglu_kernel(
     x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr,  # x, g (C,); W1, W3 (F, C); E4M3 scales (F,); out (F,)
     F, C, stride_wn, eps,  # sizes; W1/W3 row stride
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-    p_ptr=None, xo_ptr=None, e_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
+    p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
 ):
+    if PARTS > 0:
+        wait_arrivals(f_ptr, PARTS)
     swiglu_tile(tl.program_id(0), x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, stride_wn, eps,
-                BLOCK_N, BLOCK_K, EVEN_K, W_FP8, p_ptr, xo_ptr, PARTS, PDL, e_ptr=e_ptr)
+                BLOCK_N, BLOCK_K, EVEN_K, W_FP8, p_ptr, xo_ptr, PARTS, PDL)
+    if PARTS > 0:
+        release_slot(f_ptr)
 
 
 @triton.jit
@@ -49,7 +53,7 @@ def swiglu_tile(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0, PDL: tl.constexpr = False,
     wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
-    PREFETCH: tl.constexpr = False, e_ptr=None,
+    PREFETCH: tl.constexpr = False,
 ):
     """Output rows (neurons) tile * BLOCK_N ... ."""
     rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -57,7 +61,7 @@ def swiglu_tile(
     gate, up, ss = dot_rows(
         w1_ptr, w3_ptr, s1_ptr, s3_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, True, EVEN_K, W_FP8,
         p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT,
-        PREFETCH, e_ptr,
+        PREFETCH,
     )
     rstd = tl.rsqrt(ss / C + eps)
     a, b = gate * rstd, up * rstd
@@ -80,6 +84,6 @@ def rmsnorm_swiglu(x, norm_w, w1: Weight, w3: Weight, eps, configs=None):
     cfg = gemv_config(CONFIGS if configs is None else configs, a)
     _rmsnorm_swiglu_kernel[(cdiv(f, cfg.block_n),)](
         x, norm_w, a, b, scale_arg(w1), scale_arg(w3), out,
-        f, c, a.stride(0), eps, **launch_args(cfg, w1, pdl=True), **parts
+        f, c, a.stride(0), eps, **launch_args(cfg, w1, pdl=not parts), **parts
     )
     return out

@@ -3,23 +3,24 @@ rank's symmetric-memory buffer, and the next fused kernel adds them while it rea
 
 Under Megatron sharding (attention by heads, the FFN by neurons) wo and w2 each leave a partial (C,) sum on
 every rank. Here the projection that makes it (push_linear, or the LM head with push=) stores its rows straight
-into each peer's buffer over NVLink, each value tagged with the decode step (tagged.py: C x 8 bytes per peer per
-sync). The consumer, rmsnorm_qkv_rope / rmsnorm_swiglu / rmsnorm_lm_head given a SummedInput, reads the partials
-slice by slice as it streams its weights, each slice once its words carry this step's tag (gemv._add_parts), sums
-residual + the N partials in rank order and stores that sum for the next residual. Nothing waits for a whole
-kernel on another GPU and nothing is reset: the step's tag is one int32 per rank (Peers.epoch), raised after the
-step's logits. Pushing rather than pulling: every consumer program needs the whole input vector, so pulling it
-from the peers would cross NVLink once per program (hundreds of times per sync) instead of once.
-
-This replaced flags raised by each producer's last program (a ticket per program, a system-scope fence, one
-remote atomic per peer) that the consumers spun on before reading anything: on 2 H200s at Llama-2-7B those cost
-8.0 us (GPU-scope ticket) and 8.6 us (system-scope) per synchronisation point over the step without any
-communication, and NCCL's all-reduce 9.6 us (scripts/results/tp/h200x2_flags/).
+into each peer's buffer over NVLink (C x 4 bytes per peer per sync), and the program that finishes last on a
+rank raises a flag on every rank. The consumer, rmsnorm_qkv_rope / rmsnorm_swiglu / rmsnorm_lm_head given a
+SummedInput, waits for N flags, sums residual + the N partials in rank order while streaming its weights
+(gemv._add_parts), stores that sum for the next residual, and its last program resets the flag in the graph.
+Pushing rather than pulling: every consumer program needs the whole input vector, so pulling it from the peers
+would cross NVLink once per program (hundreds of times per sync) instead of once.
 
 Decode has 2 synchronisation points per layer (after wo, after w2) and one for the vocabulary-sharded logits.
-Buffers are per (layer, op) slot, so a slot is only rewritten in the next decode step: a rank writes slot s of
-step t+1 only after it has read, from every peer, a slot that the peer pushed after it had read slot s of step t
-(slot s - 1 of step t+1; for slot 0, the last slot of step t), since each rank's kernels run in order.
+Buffers and flags are per (layer, op) slot, so a slot is only rewritten in the next decode step, after every
+rank has passed the slot's consumer: rank r reaches step t+1's layer 0 only once every peer finished step t.
+
+Measured on 2 H200s at Llama-2-7B (scripts/profile_tp.py; scripts/results/tp/h200x2_flags, h200x2_tagged), per
+synchronisation point over the step with no communication at all: 8.0 us with the producers' tickets counted at GPU
+scope and one system-scope fence by the last program, 8.6 us with every program's ticket at system scope, 9.4-9.6
+us for NCCL's all-reduce. Wider push launches (8 or 16 rows x 1024, 4 warps) cost 9.4 and 14.0 us. Values tagged
+with the step in one 8-byte word each (NCCL's LL protocol: no ticket, no flag), which every consumer program polled
+slice by slice, cost 16.4 us (not taken apart; it doubles the bytes every program reads and adds a block reduction
+per slice to test the tags).
 """
 
 from __future__ import annotations
@@ -34,38 +35,36 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_rows, check_vector, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
-from .tagged import load_tagged, tag_values
 from .linear_residual import CONFIGS as LINEAR_CONFIGS
 
 CONFIGS: dict[tuple[int, int, int], GemvConfig] = {}  # (N, K, bytes) -> launch; linear_residual's shapes otherwise
-LOGITS_BLOCK = 1024  # logits per program of the wait: 32 programs at a 32,000-word vocabulary
 
 
 @dataclass(frozen=True)
 class Peers:
     """One rank's view of the symmetric buffers: int64 tables of every rank's base addresses (device tensors) and
-    this rank's own tensors. parts (slots, N, C) int64 tagged words; epoch (1,) int32, local: this step's tag,
-    1 at the first step (the buffers start at tag 0)."""
+    this rank's own tensors. parts (slots, N, C) fp32; flags (slots, 2) int32 [arrivals, consumer ticket]; counters
+    (slots,) int32, local, the producers' tickets."""
 
     rank: int
     world: int
     parts_table: torch.Tensor  # (N,) int64: each rank's parts base
+    flags_table: torch.Tensor  # (N,) int64: each rank's flags base
     parts: torch.Tensor
-    epoch: torch.Tensor
-    logits_table: torch.Tensor | None = None  # (N,) int64: each rank's (V,) tagged logits, vocabulary sharded
+    flags: torch.Tensor
+    counters: torch.Tensor
+    logits_table: torch.Tensor | None = None  # (N,) int64: each rank's (V,) fp32 logits, vocabulary sharded
     logits: torch.Tensor | None = None
-    logits_out: torch.Tensor | None = None  # (1, V) fp32, local: the whole row, untagged
 
 
 @dataclass(frozen=True)
 class SummedInput:
-    """A decode input still spread over the ranks: residual + sum of parts (N, C) tagged words, complete once
-    every word carries the tag in epoch (1,) int32. The consuming kernel stores the sum into `summed` (1, C), the
-    next residual."""
+    """A decode input still spread over the ranks: residual + sum of parts (N, C) fp32, complete once flag
+    (2,) int32 counts N arrivals. The consuming kernel stores the sum into `summed` (1, C), the next residual."""
 
     residual: torch.Tensor
     parts: torch.Tensor
-    epoch: torch.Tensor
+    flag: torch.Tensor
     summed: torch.Tensor
 
     @property
@@ -77,39 +76,70 @@ def consumer_args(x) -> tuple[torch.Tensor, dict]:
     """(the tensor to check shapes against, the kernel arguments that make a consumer add the parts)."""
     if not hasattr(x, "summed"):  # duck-typed: kernels/ is importable as llamafast.kernels and as kernels
         return x, {}
-    return x.residual, {"p_ptr": x.parts, "xo_ptr": x.summed, "e_ptr": x.epoch, "PARTS": x.parts.shape[0]}
+    return x.residual, {"p_ptr": x.parts, "xo_ptr": x.summed, "f_ptr": x.flag, "PARTS": x.parts.shape[0]}
 
 
 @triton.jit
-def push_rows(values, rows, mask, table_ptr, offset, e_ptr, WORLD: tl.constexpr):
-    """Stores values at rows + offset of every rank's buffer (table_ptr: their base addresses), tagged with this
-    step's tag."""
-    words = tag_values(values, tl.load(e_ptr))
+def wait_arrivals(f_ptr, n):
+    """Spins until the slot's flag counts n arrivals: volatile loads (no RMW traffic on the line the peers
+    write), then one acquire so that the parts written before each peer's release are visible."""
+    while tl.load(f_ptr, volatile=True) < n:
+        pass
+    tl.atomic_add(f_ptr, 0, sem="acquire", scope="sys")
+
+
+@triton.jit
+def release_slot(f_ptr):
+    """The consumer's last program resets the flag for the next step (every program has read the parts)."""
+    tl.debug_barrier()
+    ticket = tl.atomic_add(f_ptr + 1, 1, sem="acq_rel", scope="gpu")
+    if ticket == tl.num_programs(0) - 1:
+        tl.atomic_xchg(f_ptr + 1, 0, sem="relaxed", scope="gpu")
+        tl.atomic_xchg(f_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def push_rows(values, rows, mask, table_ptr, offset, WORLD: tl.constexpr):
+    """Stores fp32 values at rows + offset of every rank's buffer (table_ptr: their base addresses)."""
     for r in tl.static_range(WORLD):
-        base = tl.load(table_ptr + r).to(tl.pointer_type(tl.int64))
-        tl.store(base + offset + rows, words, mask=mask)
+        base = tl.load(table_ptr + r).to(tl.pointer_type(tl.float32))
+        tl.store(base + offset + rows, values, mask=mask)
+
+
+@triton.jit
+def signal_peers(counter_ptr, flags_table, flag_offset, WORLD: tl.constexpr):
+    """After this program's pushes: the rank's last program raises the slot's flag on every rank. Each program
+    takes an acq_rel ticket at GPU scope (its stores ordered before it); the last one fences once at system scope,
+    which makes every program's remote stores visible before its releases on the peers' flags."""
+    tl.debug_barrier()
+    ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    if ticket == tl.num_programs(0) - 1:
+        tl.atomic_add(counter_ptr, 0, sem="acq_rel", scope="sys")  # the system-scope fence, once
+        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+        for r in tl.static_range(WORLD):
+            flags = tl.load(flags_table + r).to(tl.pointer_type(tl.int32))
+            tl.atomic_add(flags + flag_offset, 1, sem="release", scope="sys")
 
 
 @triton.jit
 def _push_linear_kernel(
-    x_ptr, w_ptr, s_ptr, table_ptr, e_ptr,  # x (K,), W (N, K), E4M3 scales (N,); parts bases; the step's tag
-    N, K, stride_wn, offset,  # rows go to offset + row in each rank's parts buffer
+    x_ptr, w_ptr, s_ptr, table_ptr, flags_table, counter_ptr,  # x (K,), W (N, K), E4M3 scales (N,)
+    N, K, stride_wn, offset, flag_offset,  # rows go to offset + row in each rank's parts buffer
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, WORLD: tl.constexpr,
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
     acc, _, _ = dot_rows(
-        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, x_ptr, rows, mask, K, stride_wn, BLOCK_N, BLOCK_K, False, False, EVEN_K, W_FP8,
-        PDL=PDL,
+        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, x_ptr, rows, mask, K, stride_wn, BLOCK_N, BLOCK_K, False, False, EVEN_K, W_FP8
     )
-    push_rows(acc, rows, mask, table_ptr, offset, e_ptr, WORLD)
+    push_rows(acc, rows, mask, table_ptr, offset, WORLD)
+    signal_peers(counter_ptr, flags_table, flag_offset, WORLD)
 
 
 @triton.jit
-def _wait_logits_kernel(words_ptr, out_ptr, e_ptr, V, BLOCK: tl.constexpr):
-    k = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + k, load_tagged(words_ptr, k, V, tl.load(e_ptr)), mask=k < V)
+def _wait_kernel(f_ptr, n):
+    wait_arrivals(f_ptr, n)
+    release_slot(f_ptr)
 
 
 def push_linear(x: torch.Tensor, w: Weight, peers: Peers, slot: int, residual, configs=None) -> SummedInput:
@@ -122,20 +152,14 @@ def push_linear(x: torch.Tensor, w: Weight, peers: Peers, slot: int, residual, c
     cfg = gemv_config(configs or CONFIGS or LINEAR_CONFIGS, w.data)
     c = peers.parts.shape[-1]
     _push_linear_kernel[(cdiv(n, cfg.block_n),)](
-        x, w.data, scale_arg(w), peers.parts_table, peers.epoch,
-        n, k, w.data.stride(0), (slot * peers.world + peers.rank) * c,
-        WORLD=peers.world, **launch_args(cfg, w, pdl=True),
+        x, w.data, scale_arg(w), peers.parts_table, peers.flags_table, peers.counters[slot:],
+        n, k, w.data.stride(0), (slot * peers.world + peers.rank) * c, slot * 2,
+        WORLD=peers.world, **launch_args(cfg, w),
     )
-    return SummedInput(residual, peers.parts[slot], peers.epoch, torch.empty_like(residual))
+    return SummedInput(residual, peers.parts[slot], peers.flags[slot], torch.empty_like(residual))
 
 
-def wait_logits(peers: Peers) -> torch.Tensor:
-    """Every rank's logits shard (pushed by rmsnorm_lm_head), once all have arrived: the whole (1, V) row."""
-    v = peers.logits.shape[0]
-    _wait_logits_kernel[(cdiv(v, LOGITS_BLOCK),)](peers.logits, peers.logits_out, peers.epoch, v, BLOCK=LOGITS_BLOCK)
-    return peers.logits_out
-
-
-def next_step(peers: Peers) -> None:
-    """The step's last exchange is done on this rank: the next step's words carry the next tag."""
-    peers.epoch.add_(1)
+def wait_logits(peers: Peers, slot: int) -> torch.Tensor:
+    """Waits for every rank's logits shard (pushed by rmsnorm_lm_head) and returns the whole (1, V) row."""
+    _wait_kernel[(1,)](peers.flags[slot], peers.world)
+    return peers.logits.view(1, -1)

@@ -7,8 +7,7 @@ to the tensor-parallel step is weighed with it.
     python scripts/profile_tp.py --world 2 --shape llama-2-7b --out OUT.json   # one GPU: TP=1 and rank 0's floor
 
 Under torchrun, per variant: none (the floor, timed on every rank at once: the spread between the ranks' floors is
-their drift, which every wait exposes), NCCL all-reduces, and symmetric memory with and without programmatic
-dependent launch (gemv.use_pdl). Each variant's cost per synchronisation point is (its ms/token - the slowest
+their drift, which every wait exposes), NCCL all-reduces, and symmetric memory (kernels/tp_sync.py). Each variant's cost per synchronisation point is (its ms/token - the slowest
 rank's floor) / points, points = 2 per layer + 1 for the logits.
 """
 
@@ -17,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -85,27 +83,22 @@ def one_gpu_steps(shape: str, world: int, device: torch.device):
 
 
 def variants(ranks, model):
-    """(name, comm, PDL on) per variant, the floor first."""
+    """(name, comm) per variant, the floor first."""
     config, sharded = model.config, model.shard.vocab_sharded(model.config)
-    yield "none (floor)", NoComm(), True
-    yield "nccl", make_comm(TPComm.nccl, ranks, config, sharded, "graph")[0], True
-    symm = make_comm(TPComm.symm, ranks, config, sharded, "graph")[0]
-    yield "symm", symm, True
-    yield "symm, PDL off", symm, False
+    yield "none (floor)", NoComm()
+    for comm in (TPComm.nccl, TPComm.symm):
+        yield comm.value, make_comm(comm, ranks, config, sharded, "graph")[0]
 
 
 def under_torchrun(shape: str):
     """Every variant on every rank; returns (ranks, the leader's rows)."""
-    from llamafast.kernels import gemv
-
     ranks = setup(None)
     model = random_model(shape, ranks.device, DType.bfloat16, Backend.triton, shard=ranks.shard).model
     points = 2 * model.config.n_layers + 1
     steps, floor = [], None
-    for name, comm, pdl in variants(ranks, model):
+    for name, comm in variants(ranks, model):
         model.comm = comm
-        with mock.patch.object(gemv, "use_pdl", gemv.use_pdl if pdl else lambda *a: False):
-            ms = step_ms(model)
+        ms = step_ms(model)
         every = [None] * ranks.shard.world
         dist.all_gather_object(every, ms, group=ranks.control)
         if floor is None:  # the floor: every rank's, and their spread

@@ -7,9 +7,8 @@ vocabulary-sharded logits. The residual stream stays whole on every rank, added 
 
     nccl  gpt-fast's scheme: each partial (rank 0's with the residual added) goes through an NCCL all-reduce,
           captured in the decode graph; the baseline.
-    symm  decode through symmetric memory (kernels/tp_sync.py): wo and w2 push their partials, tagged with the
-          step, into every rank's buffer and the next fused kernel sums them while it reads its input; no
-          all-reduce kernel, no flag.
+    symm  decode through symmetric memory (kernels/tp_sync.py): wo and w2 push their partials into every rank's
+          buffer and the next fused kernel sums them while it reads its input; no all-reduce kernel at all.
           Prompts (S > 1) go through NCCL in both modes (docs/tensor-parallel.md says why).
 """
 
@@ -51,7 +50,7 @@ class SymmComm(NcclComm):
 
     def __init__(self, ranks: Ranks, vocab_sharded: bool, n_layers: int, dim: int, vocab: int):
         super().__init__(ranks, vocab_sharded)
-        self.peers = symmetric_peers(ranks, 2 * n_layers, dim, vocab if vocab_sharded else 0)
+        self.peers = symmetric_peers(ranks, 2 * n_layers + 1, dim, vocab if vocab_sharded else 0)
         self.push_configs: dict | None = None  # push_linear's launch table (None: the committed one)
 
     def row_linear(self, ops, x, w: Weight, residual, slot: int):
@@ -62,17 +61,12 @@ class SymmComm(NcclComm):
         return push_linear(x, w, self.peers, slot, residual, self.push_configs)
 
     def lm_head(self, ops, x, norm_w, w: Weight, eps, slot: int):
-        if x.shape[0] > 1:
+        if x.shape[0] > 1 or not self.vocab_sharded:
             return super().lm_head(ops, x, norm_w, w, eps, slot)
-        from llamafast.kernels.tp_sync import next_step, wait_logits
+        from llamafast.kernels.tp_sync import wait_logits
 
-        if self.vocab_sharded:
-            ops.rmsnorm_lm_head(x, norm_w, w, eps, push=self.peers)  # the triton kernel, the model's launches
-            logits = wait_logits(self.peers)
-        else:
-            logits = super().lm_head(ops, x, norm_w, w, eps, slot)
-        next_step(self.peers)  # every one-token forward ends here, on every rank alike
-        return logits
+        ops.rmsnorm_lm_head(x, norm_w, w, eps, push=(self.peers, slot))  # the triton kernel, the model's launches
+        return wait_logits(self.peers, slot)
 
 
 def make_comm(kind: TPComm, ranks: Ranks, config, vocab_sharded: bool, backend_step: str):
@@ -104,8 +98,8 @@ def symm_unavailable(ranks: Ranks, backend_step: str) -> str | None:
 
 
 def symmetric_peers(ranks: Ranks, slots: int, dim: int, vocab: int):
-    """This rank's Peers (kernels/tp_sync.py): parts (slots, N, C) and logits (V,) tagged words in symmetric
-    memory, rendezvoused once, the tables of every rank's addresses, and the local step tag."""
+    """This rank's Peers (kernels/tp_sync.py): parts (slots, N, C) fp32 and flags (slots, 2) int32 in symmetric
+    memory, rendezvoused once, and the tables of every rank's addresses."""
     import torch.distributed._symmetric_memory as symm_mem
 
     from llamafast.kernels.tp_sync import Peers
@@ -122,12 +116,12 @@ def symmetric_peers(ranks: Ranks, slots: int, dim: int, vocab: int):
         return t, torch.tensor(ptrs, dtype=torch.int64, device=device)
 
     try:
-        parts, parts_table = shared((slots, world, dim), torch.int64)
-        logits, logits_table = shared((vocab,), torch.int64) if vocab else (None, None)
+        parts, parts_table = shared((slots, world, dim), torch.float32)
+        flags, flags_table = shared((slots, 2), torch.int32)
+        logits, logits_table = shared((vocab,), torch.float32) if vocab else (None, None)
     except RuntimeError as e:
         raise LlamafastError(f"symmetric memory failed ({str(e).splitlines()[0]}); use --tp-comm nccl") from None
     torch.cuda.synchronize(device)
-    dist.barrier(group=ranks.group)  # every rank's buffers are zeroed (tag 0) before any peer writes into them
-    epoch = torch.ones(1, dtype=torch.int32, device=device)
-    out = torch.empty(1, vocab, dtype=torch.float32, device=device) if vocab else None
-    return Peers(ranks.shard.rank, world, parts_table, parts, epoch, logits_table, logits, out)
+    dist.barrier(group=ranks.group)  # every rank's buffers are zeroed before any peer writes into them
+    counters = torch.zeros(slots, dtype=torch.int32, device=device)
+    return Peers(ranks.shard.rank, world, parts_table, flags_table, parts, flags, counters, logits_table, logits)
