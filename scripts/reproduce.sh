@@ -112,19 +112,16 @@ stage_sparse_quality() {
   rm -rf "$1/smollm2-sparse" "$1/stories260K-sparse"  # 0.27 GB of weights that the stage rebuilds
 }
 
-# TP=2 with both --tp-comm modes side by side in one process, then TP=1 on GPU 0; all output in bench_tp_log.txt.
+# TP=2 with both --tp-comm modes side by side, then TP=1 on GPU 0, all in one call (its rows in the same report);
+# all output in bench_tp_log.txt.
 stage_tp() {
   local tp2="python -m torch.distributed.run --standalone --nproc-per-node 2" shape
   {
     for shape in 7b 13b; do
       $tp2 -m llamafast bench --random-weights --shape "llama-2-$shape" --new-tokens 256 --out "$1/tp2_$shape.json"
-      CUDA_VISIBLE_DEVICES=0 llamafast bench --random-weights --shape "llama-2-$shape" --backend triton \
-        --new-tokens 256 --out "$1/tp1_$shape.json"
     done
     $tp2 -m llamafast bench --random-weights --shape llama-2-7b --prefill --prompt-lens 512,4000 --reps 7 \
       --backend triton --out "$1/tp2_prefill_7b.json"
-    CUDA_VISIBLE_DEVICES=0 llamafast bench --random-weights --shape llama-2-7b --prefill --prompt-lens 512,4000 \
-      --reps 7 --backend triton --out "$1/tp1_prefill_7b.json"
   } 2>&1 | tee "$1/bench_tp_log.txt"
 }
 

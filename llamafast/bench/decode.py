@@ -40,6 +40,7 @@ class BackendResult:
     speedup: float | None = None  # decode tok/s over the dense triton run (tensor parallel: the nccl run) of the same weights
     tp: int = 1  # tensor-parallel ranks; the bytes and GB/s are one rank's (one GPU's)
     tp_comm: str | None = None
+    vs_tp1: float | None = None  # tensor parallel: decode tok/s over the TP=1 run of the same backend and weights
 
 
 @dataclass
@@ -135,7 +136,7 @@ def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: in
     lm = models[0]
     device = lm.model.tok_embeddings.weight.device
     params = sum(p.numel() for p in {p.data_ptr(): p for p in lm.model.parameters()}.values())
-    prompt = random_prompt(prompt_len, lm.model.config.vocab_size, torch.Generator().manual_seed(0))
+    prompt = _prompt(prompt_len, lm)
     report = BenchReport(
         lm.source, lm.format, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), params,
         prompt_len, new_tokens, lm.load_s, copy_bandwidth(device), environment(device),
@@ -146,14 +147,38 @@ def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: in
             results = [bench_backend(model, backend, prompt, new_tokens, comm) for comm in comms]
             nccl = next((r for r in results if r.tp_comm == "nccl"), None)
             for result in results:
-                result.fraction_of_copy_bw = result.achieved_gb_s / report.copy_bw_gb_s
                 result.speedup = nccl and result.decode_tokens_per_s / nccl.decode_tokens_per_s
-                report.results.append(result)
+                report.results.append(_against_copy(result, report))
                 dense = result if backend == Backend.triton else dense
         for run in runs if sparse_twins else ():
             sparse_twins[i].model.set_sparsity(run)
-            result = bench_backend(sparse_twins[i], Backend.triton, prompt, new_tokens)
-            result.fraction_of_copy_bw = result.achieved_gb_s / report.copy_bw_gb_s
+            result = _against_copy(bench_backend(sparse_twins[i], Backend.triton, prompt, new_tokens), report)
             result.speedup = dense and result.decode_tokens_per_s / dense.decode_tokens_per_s
             report.results.append(result)
     return report
+
+
+def add_tp1(report: BenchReport, models: list[LoadedModel], backends: list[Backend]) -> None:
+    """Tensor parallel, after run_bench: the whole model (models: it and its FP8 copy, as run_bench had the shards)
+    on one of the ranks' GPUs, each backend timed on the same prompt and token counts, its rows appended (tp=1);
+    then every row's vs_tp1 against the TP=1 row of its backend and weights."""
+    prompt = _prompt(report.prompt_tokens, models[0])
+    for lm in models:
+        for backend in backends:
+            report.results.append(_against_copy(bench_backend(lm, backend, prompt, report.new_tokens), report))
+    one = {(r.backend, r.weights): r for r in report.results if r.tp == 1}
+    for r in report.results:
+        base = one.get((r.backend, r.weights))
+        r.vs_tp1 = base and r.decode_tokens_per_s / base.decode_tokens_per_s
+
+
+def _prompt(n: int, lm: LoadedModel) -> list[int]:
+    """The prompt every run of a report decodes after: the same n tokens each time."""
+    return random_prompt(n, lm.model.config.vocab_size, torch.Generator().manual_seed(0))
+
+
+def _against_copy(result: BackendResult, report: BenchReport) -> BackendResult:
+    """result with its achieved bandwidth as a share of the copy bandwidth report measured (on rank 0's GPU under
+    tensor parallelism, where the TP=1 run is timed too)."""
+    result.fraction_of_copy_bw = result.achieved_gb_s / report.copy_bw_gb_s
+    return result

@@ -35,6 +35,8 @@ class PrefillResult:
     tflop_s: float
     prompt_graphs: bool = False  # chunks replayed from CUDA graphs (prompt_graph.py), else queued op by op
     speedup: float | None = None  # reference ttft / this ttft at the same length, when the reference ran
+    tp: int = 1  # tensor-parallel ranks
+    vs_tp1: float | None = None  # tensor parallel: the TP=1 ttft (add_tp1 says which) / this ttft
 
 
 @dataclass
@@ -90,21 +92,22 @@ def _warming(model, runs: int, until: float) -> bool:
 def run_prefill_bench(
     lm: LoadedModel, backends: list[Backend], lengths: list[int], reps: int = 10, chunk: int = PREFILL_CHUNK
 ) -> PrefillReport:
-    """Each backend at each prompt length; speedups are against the reference backend when it ran. The triton
-    backend on a GPU runs twice, prompts replayed from CUDA graphs and queued eagerly, the baseline in the same
-    process."""
+    """Each backend at each prompt length, each length's prompt the same in every run; speedups are against the
+    reference backend when it ran. The triton backend on a GPU runs twice, prompts replayed from CUDA graphs and
+    queued eagerly, the baseline in the same process (once under tensor parallelism, where prompts run eagerly)."""
     device = lm.model.tok_embeddings.weight.device
     config = lm.model.config
     gen = torch.Generator().manual_seed(0)
+    prompts = [(n, random_prompt(n, config.vocab_size, gen)) for n in lengths]
     report = PrefillReport(lm.source, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), chunk, reps,
                            environment(device))
-    runs = [(b, g) for b in backends for g in ((True, False) if b.fused and device.type == "cuda" else (False,))]
+    can_graph = device.type == "cuda" and lm.model.comm is None  # tensor parallel: prompts run eagerly (generate.py)
+    runs = [(b, g) for b in backends for g in ((True, False) if b.fused and can_graph else (False,))]
     for backend, graphs in runs:
         model = with_backend(lm.model, backend)
         engine = Engine(model, SamplingConfig(temperature=0), max(lengths) + 1, prefill_chunk=chunk,
                         prompt_graphs=graphs)
-        for n in lengths:
-            ids = random_prompt(n, config.vocab_size, gen)
+        for n, ids in prompts:
             warm_until, warm_runs = now(device) + WARMUP_S, 0
             while _warming(model, warm_runs, warm_until):  # a prompt graph is captured on its bucket's 2nd run
                 time_prefill(engine, ids, 1)
@@ -112,7 +115,8 @@ def run_prefill_bench(
             times = sorted(time_prefill(engine, ids, reps))
             median = times[len(times) // 2]
             report.results.append(PrefillResult(backend.value, n, median * 1e3, times[0] * 1e3, n / median,
-                                                prefill_flops(config, n) / median / 1e12, engine.prompts is not None))
+                                                prefill_flops(config, n) / median / 1e12, engine.prompts is not None,
+                                                tp=model.world))
         del engine, model
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -120,3 +124,18 @@ def run_prefill_bench(
     for r in report.results:
         r.speedup = ref[r.prompt_tokens] / r.ttft_ms if r.prompt_tokens in ref else None
     return report
+
+
+def add_tp1(report: PrefillReport, one: PrefillReport) -> None:
+    """Tensor parallel: one's rows (run_prefill_bench on the whole model, on one of the ranks' GPUs) appended to
+    report's, and every row's vs_tp1, the TP=1 ttft of its backend and length over its own; the TP=1 row with
+    prompt graphs where they ran, as one GPU runs a prompt by default."""
+    base: dict[tuple[str, int], PrefillResult] = {}
+    for r in one.results:
+        key = (r.backend, r.prompt_tokens)
+        if r.prompt_graphs or key not in base:
+            base[key] = r
+    report.results += one.results
+    for r in report.results:
+        b = base.get((r.backend, r.prompt_tokens))
+        r.vs_tp1 = b and b.ttft_ms / r.ttft_ms

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated, Optional, TypeVar
 
 import typer
@@ -199,13 +200,14 @@ def on_every_rank(ranks, step: Callable[[], T]) -> T:
     return agree(ranks, step)
 
 
-def on_rank0(ranks, step: Callable[[], T]) -> T:
-    """step() on rank 0 alone (reading standard input or a file), its result or its error on every rank."""
+def on_rank0(ranks, step: Callable[[], T], wait: timedelta | None = None) -> T:
+    """step() on rank 0 alone (reading standard input or a file), its result or its error on every rank; wait: how
+    long the others wait for it, where that may be longer than the collective timeout (tp.dist.from_leader)."""
     if ranks is None:
         return step()
     from llamafast.tp.dist import from_leader
 
-    return from_leader(ranks, step)
+    return from_leader(ranks, step, wait)
 
 
 def check_tp_backend(ranks, backend: Backend | None) -> None:

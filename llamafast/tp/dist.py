@@ -97,9 +97,12 @@ def agree(ranks: Ranks, step: Callable[[], T]) -> T:
     return result
 
 
-def from_leader(ranks: Ranks, step: Callable[[], T]) -> T:
+def from_leader(ranks: Ranks, step: Callable[[], T], wait: timedelta | None = None) -> T:
     """Runs step on rank 0 alone (only it has standard input; a file may exist only beside it) and gives every
-    rank its result, or its error."""
+    rank its result, or its error. wait: how long the other ranks wait for a step that may outlast the collective
+    timeout (bench's TP=1 run): rank 0's outcome then goes out over a gloo group made first with that timeout (a
+    monitored_barrier would not do: only rank 0 waits in it with its timeout, the others with the group's)."""
+    group = ranks.control if wait is None else dist.new_group(backend="gloo", timeout=wait)
     box: list = [None, None]
     if ranks.leader:
         try:
@@ -108,7 +111,7 @@ def from_leader(ranks: Ranks, step: Callable[[], T]) -> T:
             box[1] = str(e)
         except Exception as e:  # the other ranks still learn of it, and stop with rank 0
             box[1] = f"{type(e).__name__}: {e}"
-    dist.broadcast_object_list(box, src=0, group=ranks.control)
+    dist.broadcast_object_list(box, src=0, group=group)
     if box[1] is not None:
         raise SharedError(box[1])
     return box[0]

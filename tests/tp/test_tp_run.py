@@ -100,13 +100,38 @@ def test_bad_input_stops_every_rank(tmp_path, case):
 @pytest.mark.parametrize("args", [["decode", "--prompt-len", "4", "--new-tokens", "4"],
                                   ["prefill", "--prompt-lens", "3,40", "--reps", "2"]], ids=["decode", "prefill"])
 def test_bench_runs_tensor_parallel(args):
-    """bench decode and bench prefill on two ranks: one report, rank 0's. The prompt bench's warm-up runs until a
-    time has passed, and the ranks agree on when (one more run on one rank alone hung the others)."""
+    """bench decode and bench prefill on two ranks: one report, rank 0's, with the whole model's rows (TP=1, on
+    rank 0's device in the same call) beside the shards', and every row's ratio to them. The prompt bench's
+    warm-up runs until a time has passed, and the ranks agree on when (one more run on one rank alone hung the
+    others)."""
     done = torchrun(2, "-m", "llamafast", "bench", args[0], "--random-weights", "--shape", "stories260K", *args[1:],
                     "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout)["results"]
-    assert results and all(r.get("tp", 2) == 2 for r in results)
+    tp2, tp1 = [r for r in results if r["tp"] == 2], [r for r in results if r["tp"] == 1]
+    assert tp2 and tp1 and len(tp2) + len(tp1) == len(results), results
+    assert {(r["backend"], r.get("prompt_tokens")) for r in tp1} == {(r["backend"], r.get("prompt_tokens")) for r in tp2}
+    assert all(r.get("tp_comm") is None for r in tp1)
+    for r in results:
+        assert isinstance(r["vs_tp1"], float) and r["vs_tp1"] > 0, r
+
+
+def test_bench_leaves_out_tp1_where_the_whole_model_does_not_fit(tmp_path):
+    """Free memory that holds a rank's shard but not the whole model (Llama-2-70B in bf16 beside its shard on an
+    H200): the shards are timed, TP=1 is left out in one note, and the run succeeds."""
+    script = tmp_path / "short_of_memory.py"
+    script.write_text(
+        "import torch\nimport llamafast.load.weights as w\nfrom llamafast.config import MODEL_CONFIGS\n"
+        "whole = w.model_bytes(MODEL_CONFIGS['stories260K'], torch.float32)\n"
+        "w.free_memory = lambda device: whole - 1\n"
+        "from llamafast.cli import app\napp(prog_name='llamafast')\n")
+    done = torchrun(2, str(script), "bench", "decode", "--random-weights", "--shape", "stories260K", "--prompt-len",
+                    "4", "--new-tokens", "4", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout)["results"]
+    assert results and all(r["tp"] == 2 and r["vs_tp1"] is None for r in results), results
+    notes = [line for line in done.stderr.splitlines() if "TP=1 not timed" in line]
+    assert len(notes) == 1 and "weights need" in notes[0], done.stderr[-3000:]
 
 
 def one_rank_sees(tmp_path: Path, name: str) -> Path:

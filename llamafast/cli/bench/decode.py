@@ -11,7 +11,7 @@ from rich.table import Table
 
 from llamafast.cli.bench.shared import (
     FP8BesideOpt, JsonOpt, NewTokensOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt,
-    check_backends, preloaded, readied, readied_as, target, token_counts,
+    beside_tp1, check_backends, preloaded, readied, readied_as, target, times, token_counts,
 )
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, parse_floats,
@@ -45,23 +45,35 @@ def decode(
     out: OutOpt = None,
 ):
     """Load time, time to first token, decode tokens/s and achieved memory bandwidth per backend, on the same
-    weights (with --fp8 also on their FP8 copy)."""
-    from llamafast.bench.decode import run_bench
+    weights (with --fp8 also on their FP8 copy). Under torchrun: each rank's shard with each --tp-comm, then the
+    whole model on rank 0's GPU (TP=1), where it fits."""
+    from llamafast.bench.decode import add_tp1
 
     fmt = fp8_format if fp8 else None
     with clean_errors(), tensor_parallel(tp, device) as ranks:
         t, n_prompt, n_new, backends = on_every_rank(ranks, lambda: _decode_options(
             model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens, backend,
             fmt, tp_comm, ranks))
-        with readied(t, readied_as(backends), ranks, fmt) as (models, startup):
-            comms = [None]
-            if ranks:
-                made = make_comms(ranks, models[0], tp_comm or [TPComm.symm, TPComm.nccl])
-                comms = [c for c, _ in made]
-                for _, text in made:
-                    note(text)
-            report = run_bench(models, backends, n_prompt, n_new, comms=comms)
+        # comms live to the end: the other ranks mapped a symm comm's buffers; the shards are freed on return
+        report, startup, comms = _timed(t, backends, fmt, tp_comm, ranks, n_prompt, n_new)
+        beside_tp1(ranks, t, readied_as(backends), fmt, lambda models: add_tp1(report, models, backends))
+        if ranks is None or ranks.leader:  # one report under torchrun, rank 0's (--out too)
             _emit(report, startup, json_out, out)
+
+
+def _timed(t, backends, fmt, tp_comm, ranks, n_prompt: int, n_new: int):
+    """t's weights (a rank's shard under tensor parallelism) timed with each backend and each --tp-comm; returns
+    the report, the Startup and the comms. The models are freed on return, before beside_tp1 needs the room."""
+    from llamafast.bench.decode import run_bench
+
+    with readied(t, readied_as(backends), ranks, fmt) as (models, startup):
+        comms = [None]
+        if ranks:
+            made = make_comms(ranks, models[0], tp_comm or [TPComm.symm, TPComm.nccl])
+            comms = [c for c, _ in made]
+            for _, text in made:
+                note(text)
+        return run_bench(models, backends, n_prompt, n_new, comms=comms), startup, comms
 
 
 def sparse(
@@ -142,15 +154,16 @@ def _print_report(r: BenchReport, startup: Startup) -> None:
     )
     sparse = any(x.sparsity is not None for x in r.results)
     tp = any(x.tp > 1 for x in r.results)
-    extra = ["sparse FFN", "groups skipped", "vs dense"] if sparse else ["tp", "vs nccl"] if tp else []
+    extra = ["sparse FFN", "groups skipped", "vs dense"] if sparse else ["tp", "vs nccl", "vs TP=1"] if tp else []
     table = Table("backend", "weights", *extra[:1], "startup s", "ttft ms", "prefill tok/s", "decode tok/s", "ms/token",
                   "GB/s", "% copy BW", *extra[1:], "peak GB")
     for x in r.results:
         mode = ["dense" if x.sparsity is None else f"{x.sparse_mode} {x.sparsity:g}"] if sparse else []
         skipped = ["-" if x.groups_skipped is None else f"{100 * x.groups_skipped:.1f}%",
-                   "-" if x.speedup is None else f"{x.speedup:.2f}x"] if sparse else []
+                   times(x.speedup)] if sparse else []
         if tp and not sparse:
-            mode, skipped = [f"{x.tp} {x.tp_comm}"], ["-" if x.speedup is None else f"{x.speedup:.2f}x"]
+            mode = [f"{x.tp} {x.tp_comm}" if x.tp_comm else str(x.tp)]
+            skipped = [times(x.speedup), times(x.vs_tp1)]
         table.add_row(
             x.backend, x.weights, *mode, f"{x.startup_s:.2f}", f"{x.ttft_ms:.2f}", f"{x.prefill_tokens_per_s:.0f}",
             f"{x.decode_tokens_per_s:.1f}", f"{x.decode_ms_per_token:.3f}", f"{x.achieved_gb_s:.0f}",

@@ -9,8 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from llamafast.cli.bench.shared import (
-    JsonOpt, OutOpt, RandomWeightsOpt, ShapeOpt, check_backends, preloaded, prompt_lengths,
-    readied, readied_as, target,
+    JsonOpt, OutOpt, RandomWeightsOpt, ShapeOpt, beside_tp1, check_backends, preloaded, prompt_lengths, readied,
+    readied_as, target, times,
 )
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, note, pick, stdout_console,
@@ -43,19 +43,32 @@ def prefill(
     out: OutOpt = None,
 ):
     """Time to first token and prefill tokens/s at each prompt length, per backend (triton with and without prompt
-    graphs), on the same weights."""
-    from llamafast.bench.prefill import run_prefill_bench
+    graphs), on the same weights. Under torchrun: each rank's shard, then the whole model on rank 0's GPU (TP=1),
+    where it fits."""
+    from llamafast.bench.prefill import add_tp1, run_prefill_bench
     from llamafast.generate import PREFILL_CHUNK
 
     with clean_errors(), tensor_parallel(tp, device) as ranks:
         t, lengths, backends = on_every_rank(ranks, lambda: _options(
             model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_lens, reps, chunk, backend,
             ranks))
-        with readied(t, readied_as(backends), ranks) as (models, startup):
-            note(attach_comm(ranks, models[0], TPComm.nccl))
-            report = run_prefill_bench(models[0], backends, lengths, reps, pick(chunk, PREFILL_CHUNK))
-            if not emit_json({**report.to_dict(), "kernels_preloaded": startup.kernels_preloaded}, out, json_out):
-                _print_report(report, startup)
+        n_chunk = pick(chunk, PREFILL_CHUNK)
+        report, startup = _timed(t, backends, ranks, lengths, reps, n_chunk)
+        beside_tp1(ranks, t, readied_as(backends), None,
+                   lambda whole: add_tp1(report, run_prefill_bench(whole[0], backends, lengths, reps, n_chunk)))
+        if (ranks is None or ranks.leader) and not emit_json(  # one report under torchrun, rank 0's
+                {**report.to_dict(), "kernels_preloaded": startup.kernels_preloaded}, out, json_out):
+            _print_report(report, startup)
+
+
+def _timed(t, backends, ranks, lengths: list[int], reps: int, n_chunk: int):
+    """t's weights (a rank's shard under tensor parallelism, its prompts through NCCL) timed; returns the report
+    and the Startup. The model is freed on return, before beside_tp1 needs the room."""
+    from llamafast.bench.prefill import run_prefill_bench
+
+    with readied(t, readied_as(backends), ranks) as (models, startup):
+        note(attach_comm(ranks, models[0], TPComm.nccl))
+        return run_prefill_bench(models[0], backends, lengths, reps, n_chunk), startup
 
 
 def _options(model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_lens, reps, chunk, backend,
@@ -77,9 +90,11 @@ def _print_report(report: PrefillReport, startup: Startup) -> None:
     console = stdout_console()
     console.print(f"{escape(report.model)} {report.dtype} prefill on {env['device']}; torch {env['torch']}, triton "
                   f"{env['triton']}; chunk {report.chunk} tokens; median of {report.reps} runs{preloaded(startup)}")
-    table = Table("backend", "prompt graphs", "prompt", "ttft ms", "min ms", "prefill tok/s", "TFLOP/s", "vs reference")
+    tp = any(r.tp > 1 for r in report.results)
+    table = Table("backend", "prompt graphs", *["tp"] * tp, "prompt", "ttft ms", "min ms", "prefill tok/s", "TFLOP/s",
+                  "vs reference", *["vs TP=1"] * tp)
     for r in report.results:
-        table.add_row(r.backend, "yes" if r.prompt_graphs else "no", str(r.prompt_tokens), f"{r.ttft_ms:.2f}",
-                      f"{r.ttft_ms_min:.2f}", f"{r.prefill_tokens_per_s:.0f}", f"{r.tflop_s:.3g}",
-                      "-" if r.speedup is None else f"{r.speedup:.2f}x")
+        table.add_row(r.backend, "yes" if r.prompt_graphs else "no", *[str(r.tp)] * tp, str(r.prompt_tokens),
+                      f"{r.ttft_ms:.2f}", f"{r.ttft_ms_min:.2f}", f"{r.prefill_tokens_per_s:.0f}", f"{r.tflop_s:.3g}",
+                      times(r.speedup), *[times(r.vs_tp1)] * tp)
     console.print(table)

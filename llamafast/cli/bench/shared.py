@@ -4,8 +4,9 @@ those weights made ready through llamafast.runtime, the way generate, chat and e
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -34,6 +35,11 @@ FP8BesideOpt = Annotated[bool, typer.Option("--fp8", help="Also run FP8 weights 
 # The report.
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
 OutOpt = Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file (atomically).")]
+
+# How long the other ranks wait for rank 0's TP=1 run (beside_tp1), far beyond the collective timeout: the whole
+# model loads (minutes for 13B from a slow disk), its launches may be tuned (a sweep, on a GPU new to its shapes),
+# then it is timed. A rank 0 that fails tells the others at once, and one that dies closes their connections.
+TP1_WAIT = timedelta(hours=1)
 
 # The preset keys bench reads (it decodes greedily: a [sampling] table would be ignored, so it is refused).
 BENCH_KEYS = {"model", "tokenizer", "shape", "random_weights", "device", "dtype", "backend", "max_new_tokens",
@@ -144,20 +150,88 @@ def _fp8_alone(t: Target, fp8: FP8Format | None) -> FP8Format | None:
     read."""
     if fp8 is None:
         return None
+    from llamafast.load.weights import float_and_fp8_fit
+
+    dtype, stored_fp8 = _weights(t)
+    if stored_fp8 is not None:
+        return None  # an FP8 checkpoint: no copy is made
+    why = float_and_fp8_fit(t.config, dtype, fp8, t.device)
+    if why:
+        note(f"{why}; timing {fp8.weights} weights alone")
+    return fp8 if why else None
+
+
+def _weights(t: Target) -> tuple[torch.dtype, FP8Format | None]:
+    """The float dtype t's weights load in, and the FP8 format its checkpoint stores (None: float weights)."""
     import torch
 
     from llamafast.config import WeightFormat
     from llamafast.load import resolve_dtype
-    from llamafast.load.weights import checkpoint_dtype, checkpoint_formats, float_and_fp8_fit
+    from llamafast.load.weights import checkpoint_dtype, checkpoint_formats
 
     ckpt = None if isinstance(t.source, str) else t.source.checkpoint
-    if ckpt is not None and checkpoint_formats(ckpt)[0] != WeightFormat.float:
-        return None  # an FP8 checkpoint: no copy is made
     stored = checkpoint_dtype(ckpt) if ckpt is not None else torch.bfloat16
-    why = float_and_fp8_fit(t.config, resolve_dtype(t.dtype, t.device, stored), fp8, t.device)
-    if why:
-        note(f"{why}; timing {fp8.weights} weights alone")
-    return fp8 if why else None
+    fmt = checkpoint_formats(ckpt)[0] if ckpt is not None else WeightFormat.float
+    fp8 = None if fmt == WeightFormat.float else FP8Format(fmt.value.removeprefix("fp8_"))
+    return resolve_dtype(t.dtype, t.device, stored), fp8
+
+
+def beside_tp1(ranks, t: Target, backend: Backend, fp8: FP8Format | None,
+               run: Callable[[list[LoadedModel]], None]) -> None:
+    """Under tensor parallelism, once the ranks' runs are over: rank 0 alone readies t's whole model on its GPU as
+    a one-GPU run readies it (readied without ranks: kernels preloaded, launches tuned), with its FP8 copy where
+    fp8, and hands the models to run; the other ranks wait for it (TP1_WAIT) and stop with its error if it fails.
+    Where the whole model does not fit the GPU, TP=1 is left out in one note, decided before anything is built."""
+    if ranks is None:
+        return
+    from llamafast.cli.tp import on_rank0
+    from llamafast.settings import settings
+
+    def step() -> None:
+        _release_cached(t.device)
+        why = whole_model_fits(t, fp8)
+        if why:
+            note(f"TP=1 not timed: {why}")
+            return
+        with readied(t, backend, None, fp8) as (models, _):
+            run(models)
+
+    on_rank0(ranks, step, max(TP1_WAIT, timedelta(seconds=settings().tp_timeout_s)))
+
+
+def _release_cached(device: torch.device) -> None:
+    """The shard's memory given back before the fit check reads what is free. The shard is freed, not kept beside
+    the whole model, because that is simple and safe: the callers' sharded models went out of scope when their
+    runs returned (a symm comm, whose buffers the other ranks mapped, is kept by the caller), and no peer writes
+    into a rank's weights once the runs are over. It matters where the whole model is close to the GPU's size
+    (Llama-2-70B bf16: 138 GB, an H200 about 150 GB, its TP=2 shard 69 GB more)."""
+    import gc
+
+    import torch
+
+    gc.collect()  # models held in reference cycles
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the allocator's cached blocks count as used in the free memory check_memory reads
+
+
+def whole_model_fits(t: Target, fp8: FP8Format | None) -> str | None:
+    """None where t's whole model fits t.device's free memory (its FP8 weights alone with fp8: readied falls back
+    to them where the float weights and their copy do not fit together); else why not. The loader refuses the same
+    (load/weights.py check_memory), once it has started."""
+    from llamafast.load.weights import free_memory, model_bytes
+
+    dtype, stored_fp8 = _weights(t)
+    fmt = fp8 or stored_fp8
+    need, free = model_bytes(t.config, dtype, fmt), free_memory(t.device)
+    if free is None or need <= free:
+        return None
+    what = fmt.weights if fmt else str(dtype).removeprefix("torch.")
+    return f"the whole model's {what} weights need {need / 1e9:.1f} GB and {free / 1e9:.1f} GB is free on {t.device}"
+
+
+def times(ratio: float | None) -> str:
+    """A speed-up column's entry: "1.43x", or "-" where there is nothing to compare with."""
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def preloaded(startup: Startup) -> str:
