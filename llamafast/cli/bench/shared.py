@@ -216,17 +216,16 @@ def _release_cached(device: torch.device) -> None:
 
 def whole_model_fits(t: Target, fp8: FP8Format | None) -> str | None:
     """None where t's whole model fits t.device's free memory (its FP8 weights alone with fp8: readied falls back
-    to them where the float weights and their copy do not fit together); else why not. The loader refuses the same
-    (load/weights.py check_memory), once it has started."""
-    from llamafast.load.weights import free_memory, model_bytes
+    to them where the float weights and their copy do not fit together); else why not, as the loader's own check
+    (load/weights.py check_memory) says it, asked before anything is built."""
+    from llamafast.load.weights import OutOfMemory, check_memory, model_bytes
 
     dtype, stored_fp8 = _weights(t)
-    fmt = fp8 or stored_fp8
-    need, free = model_bytes(t.config, dtype, fmt), free_memory(t.device)
-    if free is None or need <= free:
-        return None
-    what = fmt.weights if fmt else str(dtype).removeprefix("torch.")
-    return f"the whole model's {what} weights need {need / 1e9:.1f} GB and {free / 1e9:.1f} GB is free on {t.device}"
+    try:
+        check_memory(model_bytes(t.config, dtype, fp8 or stored_fp8), t.device)
+    except OutOfMemory as e:
+        return str(e)
+    return None
 
 
 def times(ratio: float | None) -> str:
