@@ -142,6 +142,13 @@ def _check(layers: list[LayerTensors], step: DecodeStep) -> None:
         assert t.k_cache.stride() == layers[0].k_cache.stride() == t.v_cache.stride(), "one cache layout"
 
 
+@triton.jit
+def _at(off, column):
+    """Where a layer's tensor starts, in elements from layer 0's (offset_table): a multiple of 16, so the loads
+    from it stay 16 bytes wide (an offset read from memory carries no alignment the compiler can see)."""
+    return tl.multiple_of(tl.load(off + column), 16)
+
+
 @triton.jit(do_not_specialize=["n_programs"])
 def _decode_step_kernel(
     x_ptr, xs_ptr, hs_ptr, qs_ptr, att_ptr, fs_ptr, part_ptr, lse_ptr, count_ptr, watchdog_ptr,  # input, scratch
@@ -193,8 +200,8 @@ def _decode_step_kernel(
                 pending = 0
         if op == 0:
             qkv_rope_tile(
-                tile, x_in, an_ptr + tl.load(off + 10), wqkv_ptr + tl.load(off), sqkv_ptr + tl.load(off + 5),
-                cos_ptr, sin_ptr, pos_ptr, qs_ptr + layer * QR, kc_ptr + tl.load(off + 12), vc_ptr + tl.load(off + 13),
+                tile, x_in, an_ptr + _at(off, 10), wqkv_ptr + _at(off, 0), sqkv_ptr + _at(off, 5),
+                cos_ptr, sin_ptr, pos_ptr, qs_ptr + layer * QR, kc_ptr + _at(off, 12), vc_ptr + _at(off, 13),
                 N_QKV, C, QD, KVD, C, stride_ch, stride_cs, eps, HEAD_DIM, BN_QKV, BK_QKV, C % BK_QKV == 0, W_FP8,
                 wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True,
             )
@@ -202,27 +209,27 @@ def _decode_step_kernel(
             if WAIT:
                 wait_count(dep_ptr, target, watchdog_ptr)
             attention_split(
-                tile // N_SPLITS, tile % N_SPLITS, qs_ptr + layer * QR, kc_ptr + tl.load(off + 12),
-                vc_ptr + tl.load(off + 13), pos_ptr, part_ptr + layer * PR, lse_ptr + layer * LR, stride_ch, stride_cs,
+                tile // N_SPLITS, tile % N_SPLITS, qs_ptr + layer * QR, kc_ptr + _at(off, 12),
+                vc_ptr + _at(off, 13), pos_ptr, part_ptr + layer * PR, lse_ptr + layer * LR, stride_ch, stride_cs,
                 N_SPLITS, sm_scale, cnt + 5, att_ptr + layer * QR, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S,
                 SPLIT_LEN, FP32, BLOCK_SPLITS,
             )
         elif op == 2:
             linear_residual_tile(
-                tile, att_ptr + layer * QR, wo_ptr + tl.load(off + 1), swo_ptr + tl.load(off + 6), x_in,
+                tile, att_ptr + layer * QR, wo_ptr + _at(off, 1), swo_ptr + _at(off, 6), x_in,
                 hs_ptr + layer * XR, C, QD, QD, BN_WO, BK_WO, QD % BK_WO == 0, W_FP8,
                 wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True,
             )
         elif op == 3:
             swiglu_tile(
-                tile, hs_ptr + layer * XR, fn_ptr + tl.load(off + 11), w1_ptr + tl.load(off + 2),
-                w3_ptr + tl.load(off + 3), s1_ptr + tl.load(off + 7), s3_ptr + tl.load(off + 8), fs_ptr + layer * FR,
+                tile, hs_ptr + layer * XR, fn_ptr + _at(off, 11), w1_ptr + _at(off, 2),
+                w3_ptr + _at(off, 3), s1_ptr + _at(off, 7), s3_ptr + _at(off, 8), fs_ptr + layer * FR,
                 F, C, C, eps, BN_FFN, BK_FFN, C % BK_FFN == 0, W_FP8,
                 wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True,
             )
         else:
             linear_residual_tile(
-                tile, fs_ptr + layer * FR, w2_ptr + tl.load(off + 4), s2_ptr + tl.load(off + 9), hs_ptr + layer * XR,
+                tile, fs_ptr + layer * FR, w2_ptr + _at(off, 4), s2_ptr + _at(off, 9), hs_ptr + layer * XR,
                 xs_ptr + (layer + 1) * XR, C, F, F, BN_W2, BK_W2, F % BK_W2 == 0, W_FP8,
                 wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True,
             )

@@ -92,7 +92,7 @@ TENSORS = ("wqkv", "wo", "w1", "w3", "w2", "sqkv", "swo", "s1", "s3", "s2", "att
 
 
 def offset_table(layers: list[LayerTensors]) -> torch.Tensor:
-    """(L, len(TENSORS)) int64: where each layer's tensors lie, in elements from layer 0's."""
+    """(L, len(TENSORS)) int64: where each layer's tensors lie, in elements from layer 0's, each a multiple of 16."""
     def tensors(t: LayerTensors) -> list[torch.Tensor]:
         ws = [t.wqkv, t.wo, t.w1, t.w3, t.w2]
         return [w.data for w in ws] + [scale_arg(w) for w in ws] + [t.attn_norm, t.ffn_norm, t.k_cache, t.v_cache]
@@ -103,7 +103,8 @@ def offset_table(layers: list[LayerTensors]) -> torch.Tensor:
         row = []
         for a, b in zip(tensors(t), base):
             delta = a.data_ptr() - b.data_ptr()
-            assert a.dtype == b.dtype and delta % a.element_size() == 0, "layers' tensors: one dtype, aligned"
+            assert a.dtype == b.dtype and delta % (16 * a.element_size()) == 0, \
+                "layers' tensors: one dtype, 16 elements apart (the kernel's loads are vectors of up to 16)"
             row.append(delta // a.element_size())
         rows.append(row)
     return torch.tensor(rows, dtype=torch.int64)

@@ -38,47 +38,53 @@ def dot_rows(
     PREFETCH: tl.constexpr = False,  # load each weight tile one step ahead of its multiply (_prefetched)
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
+    offs = rows[:, None].to(tl.int64) * stride_wn
+    if PREFETCH:
+        return _prefetched(w_ptr + offs, w2_ptr + offs, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
+                           BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS, wait_ptr, wait_target, watchdog_ptr,
+                           WAIT)
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # reduced once, after the loop
     acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    offs = rows[:, None].to(tl.int64) * stride_wn
     start = 0
-    if PDL or WAIT or PREFETCH:
+    if PDL or WAIT:
         k = tl.arange(0, BLOCK_K)
         w, w2 = _first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR, PDL)
         if WAIT:
             wait_count(wait_ptr, wait_target, watchdog_ptr)
-        if PREFETCH:
-            acc, acc2, ss = _prefetched(w_ptr + offs, w2_ptr + offs, w, w2, acc, acc2, ss, x_ptr, g_ptr, p_ptr, xo_ptr,
-                                        row_mask, K, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS)
-            start = K
-        else:
-            x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
-            acc += w * x[None, :]
-            if PAIR:
-                acc2 += w2 * x[None, :]
-            start = BLOCK_K
+        x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
+        acc += w * x[None, :]
+        if PAIR:
+            acc2 += w2 * x[None, :]
+        start = BLOCK_K
     for k0 in range(start, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
-        acc += _load_tile(w_ptr + offs, k, K, row_mask, EVEN_K, W_FP8) * x[None, :]
+        acc += _load_tile(w_ptr + offs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :]
         if PAIR:
-            acc2 += _load_tile(w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8) * x[None, :]
-    out, out2 = tl.sum(acc, axis=1), tl.sum(acc2, axis=1)
-    if W_FP8 == 2:  # the scale is per row, so it is applied once to the finished sums
-        out = out * tl.load(s_ptr + rows, mask=row_mask, other=0.0)
-        if PAIR:
-            out2 = out2 * tl.load(s2_ptr + rows, mask=row_mask, other=0.0)
+            acc2 += _load_tile(w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :]
+    out, out2 = _row_scaled(tl.sum(acc, axis=1), tl.sum(acc2, axis=1), s_ptr, s2_ptr, rows, row_mask, PAIR, W_FP8)
     return out, out2, tl.sum(ss, axis=0)
 
 
 @triton.jit
-def _prefetched(row_ptrs, row_ptrs2, w, w2, acc, acc2, ss, x_ptr, g_ptr, p_ptr, xo_ptr, row_mask, K,
-                BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr,
-                W_FP8: tl.constexpr, PARTS: tl.constexpr):
-    """The K loop from the loaded first tile (w, w2) on, each tile's load issued before the previous tile's
-    multiply, so a program keeps a tile in flight while it computes (a persistent kernel has few programs per SM
-    to hide the latency with)."""
+def _prefetched(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
+                EVEN_K: tl.constexpr, W_FP8: tl.constexpr, PARTS: tl.constexpr, wait_ptr, wait_target, watchdog_ptr,
+                WAIT: tl.constexpr):
+    """dot_rows for a persistent kernel, which has few programs per SM to hide latency with: each tile's load is
+    issued one step ahead of its multiply and kept as stored (bf16 or int8) until then, and each tile's products
+    are summed to its rows at once, so a program holds (BLOCK_N,) sums instead of (BLOCK_N, BLOCK_K) fp32 tiles.
+    The first tile is read before the wait for x (weights are never written while decoding)."""
+    w = _load_tile(row_ptrs, tl.arange(0, BLOCK_K), K, row_mask, EVEN_K, W_FP8)
+    w2 = w
+    if PAIR:
+        w2 = _load_tile(row_ptrs2, tl.arange(0, BLOCK_K), K, row_mask, EVEN_K, W_FP8)
+    if WAIT:
+        wait_count(wait_ptr, wait_target, watchdog_ptr)
+    out = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    out2 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
     last = (K - 1) // BLOCK_K * BLOCK_K
     for k0 in range(0, last, BLOCK_K):
         k_next = k0 + BLOCK_K + tl.arange(0, BLOCK_K)
@@ -87,15 +93,26 @@ def _prefetched(row_ptrs, row_ptrs2, w, w2, acc, acc2, ss, x_ptr, g_ptr, p_ptr, 
         if PAIR:
             w2_next = _load_tile(row_ptrs2, k_next, K, row_mask, EVEN_K, W_FP8)
         x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
-        acc += w * x[None, :]
+        out += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         if PAIR:
-            acc2 += w2 * x[None, :]
+            out2 += tl.sum(w2.to(tl.float32) * x[None, :], axis=1)
         w, w2 = w_next, w2_next
     x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, last + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
-    acc += w * x[None, :]
+    out += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
     if PAIR:
-        acc2 += w2 * x[None, :]
-    return acc, acc2, ss
+        out2 += tl.sum(w2.to(tl.float32) * x[None, :], axis=1)
+    out, out2 = _row_scaled(out, out2, s_ptr, s2_ptr, rows, row_mask, PAIR, W_FP8)
+    return out, out2, tl.sum(ss, axis=0)
+
+
+@triton.jit
+def _row_scaled(out, out2, s_ptr, s2_ptr, rows, row_mask, PAIR: tl.constexpr, W_FP8: tl.constexpr):
+    """The finished row sums times E4M3 weights' per-row scales (applied once, since they are per row)."""
+    if W_FP8 == 2:
+        out = out * tl.load(s_ptr + rows, mask=row_mask, other=0.0)
+        if PAIR:
+            out2 = out2 * tl.load(s2_ptr + rows, mask=row_mask, other=0.0)
+    return out, out2
 
 
 @triton.jit
@@ -117,13 +134,13 @@ def _first_tile(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8
     programmatic dependent launch (PDL) this kernel starts while the previous one still runs: it lets the next
     kernel start too, reads the tile, and only then waits for the previous kernel, before reading any activation
     or writing anything; the experiment that measured PDL slower (scripts/experiments/pdl_ab.txt: 199.1 against
-    202.7 tok/s, bf16) waited first and loaded after. In a persistent kernel the caller waits on a counter."""
+    202.7 tok/s, bf16) waited first and loaded after."""
     if PDL:
         gdc_launch_dependents()
-    w = _load_tile(row_ptrs, k, K, row_mask, EVEN_K, W_FP8)
+    w = _load_tile(row_ptrs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32)
     w2 = w
     if PAIR:
-        w2 = _load_tile(row_ptrs2, k, K, row_mask, EVEN_K, W_FP8)
+        w2 = _load_tile(row_ptrs2, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32)
     if PDL:
         gdc_wait()
     return w, w2
@@ -150,14 +167,14 @@ def _load_vector(ptr, k, K, EVEN_K: tl.constexpr):
 
 @triton.jit
 def _load_tile(row_ptrs, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8: tl.constexpr):
-    """A (BLOCK_N, BLOCK_K) weight tile in fp32, read once: stream it past the cache. FP8 weights arrive as
-    int8 and are bitcast and upcast in registers."""
+    """A (BLOCK_N, BLOCK_K) weight tile as stored, read once: stream it past the cache. FP8 weights arrive as int8
+    and are bitcast; the caller upcasts them where it multiplies."""
     if EVEN_K:  # no mask along K, so the loads stay 16 bytes wide
         w = tl.load(row_ptrs + k[None, :], mask=row_mask[:, None], other=0, eviction_policy="evict_first")
     else:
         mask = row_mask[:, None] & (k < K)[None, :]
         w = tl.load(row_ptrs + k[None, :], mask=mask, other=0, eviction_policy="evict_first")
-    return decode_weights(w, W_FP8).to(tl.float32)
+    return decode_weights(w, W_FP8)
 
 
 @dataclass(frozen=True)
