@@ -2,21 +2,19 @@
 
     for each layer: qkv tiles -> attention splits (+ merge) -> wo tiles -> gate/up tiles -> w2 tiles
 
-The per-op graph launches about 5 kernels per layer, and each pays its ramp-up, its tail and a partial last wave
-(bench timeline: rmsnorm_qkv_rope at 82.7% of copy bandwidth, wo at 71.0% in FP8 on the H100). Here a grid of
-co-resident programs (SMs x programs per SM, checked at launch) takes the tasks (layer, op, tile) of the whole
-step round-robin in topological order, the same tile bodies the per-op kernels run. A task reads its first
-weight tile, then waits on the counter of the op it depends on (counters.py: a volatile spin, one acquire), so
-the next op's weight stream starts while the current op's last tiles finish; a program reports its tasks of an
-op with one release when it moves on to another op. Round-robin over a topological order cannot deadlock when every
+The per-op graph launches about 5 kernels per layer, each paying its ramp-up, tail and partial last wave. Here a
+grid of co-resident programs (SMs x programs per SM, checked at launch) takes the tasks (layer, op, tile) of the
+whole step round-robin in topological order, running the per-op kernels' tile bodies. A task reads its first
+weight tile, then waits on the counter of the op it depends on (counters.py: a volatile spin, one acquire), so the
+next op's weight stream starts while the current op's last tiles finish; a program reports its tasks of an op with
+one release when it moves on to another op. Round-robin over a topological order cannot deadlock when every
 program is resident: the lowest unfinished task has every input done, and its program has nothing before it.
+Each layer has its own activation rows, padded to 128 bytes, so no SM can hold a stale line of an activation in
+L1: every row is written once per launch, before any program reads it. The counters (and the attention merge's
+tickets) are zeroed before each launch, inside the CUDA graph. The LM head and sampling run after the kernel.
 
-Each layer has its own activation rows, and rows are padded to 128 bytes, so no SM can hold a stale line of an
-activation in L1: every row is written once per launch, before any program reads it. The counters (and the
-attention merge's tickets) are zeroed before each launch, inside the CUDA graph.
-
-SEQUENTIAL (the interpreter on the CPU): one program walks the whole list in order, so no task ever waits.
-The LM head and sampling run after it, as separate kernels.
+SEQUENTIAL (the interpreter on the CPU): one program walks the whole list in order, so no task ever waits. STAMPS:
+each task's start and end on the GPU's clock (DecodeStep.stamped).
 Legend: L layers, C dim, F hidden, H heads, KVH kv heads, D head_dim, S attention splits.
 """
 
@@ -25,12 +23,13 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import globaltimer
 
 from ._common import INTERPRET, cdiv, dot_dim, next_pow2, scale_arg, w_fp8
 from .counters import report_done, wait_count
 from .decode_attention import attention_config, attention_split
-from .decode_step_plan import (CONFIGS, OPS, LayerTensors, StepConfig, offset_table, op_tasks, row_elems,
-                               step_config)
+from .decode_step_plan import (CONFIGS, OPS, LayerTensors, StepConfig, check_layers, offset_table, op_tasks,
+                               row_elems, step_config)
 from .linear_residual import linear_residual_tile
 from .rmsnorm_qkv_rope import qkv_rope_tile
 from .rmsnorm_swiglu import swiglu_tile
@@ -51,7 +50,7 @@ class DecodeStep:
         self.h = n_heads
         self.qd = n_heads * self.d
         self.fmt = w_fp8(first.wqkv)
-        _check(layers, self)
+        check_layers(layers, self.fmt)
         dev, dt = first.k_cache.device, first.k_cache.dtype
         self.cfg = step_config(CONFIGS if configs is None else configs, self.c, self.f, first.wqkv.data.element_size())
         att = attention_config(self.kvh, n_heads // self.kvh, attention_configs)
@@ -87,15 +86,28 @@ class DecodeStep:
         n = len(self.layers)
         return self.xs[n * self.rows["x"]: n * self.rows["x"] + self.c].view(1, self.c)
 
+    def stamped(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """One step run eagerly (after a call has set the grid), each task stamped on the GPU's nanosecond clock:
+        (tasks, 2) int64 start and end, tasks in the walk's order (layer, then OPS, then tile)."""
+        stamps = torch.zeros((len(self.layers) * sum(self.counts_per_op), 2), device=x.device, dtype=torch.int64)
+        self.counts.zero_()
+        args, meta = self._args(x, pos, stamps)
+        meta["STAMPS"] = True
+        if self._programs(args, meta, record=False) < self.grid:  # its waits would deadlock
+            raise RuntimeError("the stamped decode step kernel takes more registers than its grid leaves")
+        _decode_step_kernel[(self.grid,)](*args, self.grid, **meta)
+        return stamps
+
     def check_watchdog(self) -> bool:
         """True when some program gave up waiting on a counter since the step was built (waits on the GPU)."""
         return bool(self.watchdog.item())
 
-    def _args(self, x, pos):
+    def _args(self, x, pos, stamps=None):
         first, cfg = self.layers[0], self.cfg
         args = (
             x, self.xs, self.hs, self.qs, self.att, self.fs, self.part, self.lse, self.counts, self.watchdog,
-            self.table, first.wqkv.data, first.wo.data, first.w1.data, first.w3.data, first.w2.data,
+            self.table, self.counts if stamps is None else stamps,
+            first.wqkv.data, first.wo.data, first.w1.data, first.w3.data, first.w2.data,
             scale_arg(first.wqkv), scale_arg(first.wo), scale_arg(first.w1), scale_arg(first.w3), scale_arg(first.w2),
             first.attn_norm, first.ffn_norm, first.k_cache, first.v_cache, self.cos, self.sin, pos,
             first.k_cache.stride(0), first.k_cache.stride(1), self.eps, self.d ** -0.5,
@@ -107,7 +119,8 @@ class DecodeStep:
             CR=self.count_row, W_FP8=self.fmt,
             T_QKV=self.counts_per_op[0], T_ATT=self.counts_per_op[1], T_WO=self.counts_per_op[2],
             T_FFN=self.counts_per_op[3], T_W2=self.counts_per_op[4],
-            BN_QKV=cfg.qkv[0], BK_QKV=cfg.qkv[1], BN_WO=cfg.wo[0], BK_WO=cfg.wo[1], BN_FFN=cfg.ffn[0], BK_FFN=cfg.ffn[1], BN_W2=cfg.w2[0], BK_W2=cfg.w2[1],
+            BN_QKV=cfg.qkv[0], BK_QKV=cfg.qkv[1], BN_WO=cfg.wo[0], BK_WO=cfg.wo[1], BN_FFN=cfg.ffn[0],
+            BK_FFN=cfg.ffn[1], BN_W2=cfg.w2[0], BK_W2=cfg.w2[1],
             BLOCK_G=dot_dim(self.h // self.kvh), BLOCK_D=dot_dim(self.d), BLOCK_S=self.block_s,
             SPLIT_LEN=self.split_len, FP32=self.xs.dtype == torch.float32, BLOCK_SPLITS=next_pow2(self.n_splits),
             SEQUENTIAL=INTERPRET, num_warps=cfg.num_warps,
@@ -116,8 +129,9 @@ class DecodeStep:
             meta["maxnreg"] = cfg.max_registers
         return args, meta
 
-    def _programs(self, args, meta) -> int:
-        """Programs in the grid: every one resident at once, or the waits could deadlock."""
+    def _programs(self, args, meta, record: bool = True) -> int:
+        """Programs in the grid: every one resident at once, or the waits could deadlock (record: keep the compiled
+        kernel's registers)."""
         if INTERPRET:
             return 1
         kernel = _decode_step_kernel.warmup(*args, 1, grid=(1,), **meta)
@@ -127,19 +141,11 @@ class DecodeStep:
         regs = cdiv(kernel.n_regs * 32, 256) * 256 * self.cfg.num_warps  # allocated per warp in 256s
         fit = min(props.regs_per_multiprocessor // max(regs, 1), props.max_threads_per_multi_processor // threads,
                   props.shared_memory_per_multiprocessor // max(kernel.metadata.shared + 1024, 1024), 32)
-        self.n_regs, self.n_spills = kernel.n_regs, kernel.n_spills
+        if record:
+            self.n_regs, self.n_spills = kernel.n_regs, kernel.n_spills
         if fit < 1:
             raise RuntimeError(f"the decode step kernel cannot be resident: {kernel.n_regs} registers per thread")
         return min(min(fit, self.cfg.programs_per_sm) * props.multi_processor_count, sum(self.counts_per_op))
-
-
-def _check(layers: list[LayerTensors], step: DecodeStep) -> None:
-    for i, t in enumerate(layers):
-        for name in ("wqkv", "wo", "w1", "w3", "w2"):
-            w = getattr(t, name)
-            assert w.data.is_contiguous() and w_fp8(w) == step.fmt, f"layer {i} {name}: contiguous, one format"
-            assert w.data.shape == getattr(layers[0], name).data.shape, f"layer {i} {name}: one shape for all"
-        assert t.k_cache.stride() == layers[0].k_cache.stride() == t.v_cache.stride(), "one cache layout"
 
 
 @triton.jit
@@ -152,7 +158,7 @@ def _at(off, column):
 @triton.jit(do_not_specialize=["n_programs"])
 def _decode_step_kernel(
     x_ptr, xs_ptr, hs_ptr, qs_ptr, att_ptr, fs_ptr, part_ptr, lse_ptr, count_ptr, watchdog_ptr,  # input, scratch
-    table_ptr,  # (L, 14) int64 offsets of each layer's tensors (decode_step_plan.TENSORS) from layer 0's below
+    table_ptr, stamp_ptr,  # (L, 14) int64 offsets of each layer's tensors (plan.TENSORS) from layer 0's below; stamps
     wqkv_ptr, wo_ptr, w1_ptr, w3_ptr, w2_ptr, sqkv_ptr, swo_ptr, s1_ptr, s3_ptr, s2_ptr, an_ptr, fn_ptr, kc_ptr, vc_ptr,
     cos_ptr, sin_ptr, pos_ptr, stride_ch, stride_cs, eps, sm_scale, n_programs,
     LAYERS: tl.constexpr, C: tl.constexpr, F: tl.constexpr, N_QKV: tl.constexpr, QD: tl.constexpr,
@@ -163,7 +169,7 @@ def _decode_step_kernel(
     BN_QKV: tl.constexpr, BK_QKV: tl.constexpr, BN_WO: tl.constexpr, BK_WO: tl.constexpr,
     BN_FFN: tl.constexpr, BK_FFN: tl.constexpr, BN_W2: tl.constexpr, BK_W2: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr,
-    FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SEQUENTIAL: tl.constexpr,
+    FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SEQUENTIAL: tl.constexpr, STAMPS: tl.constexpr = False,
 ):
     WAIT: tl.constexpr = not SEQUENTIAL
     T_LAYER: tl.constexpr = T_QKV + T_ATT + T_WO + T_FFN + T_W2
@@ -172,6 +178,8 @@ def _decode_step_kernel(
     pending_op = known
     pending_ptr = count_ptr
     for t in range(tl.program_id(0), LAYERS * T_LAYER, n_programs):
+        if STAMPS:
+            tl.store(stamp_ptr + 2 * t, globaltimer())
         layer = t // T_LAYER
         r = t - layer * T_LAYER
         off = table_ptr + layer * 14
@@ -236,6 +244,8 @@ def _decode_step_kernel(
         pending += 1
         pending_op = dep + 1
         pending_ptr = cnt + op
+        if STAMPS:
+            tl.store(stamp_ptr + 2 * t + 1, globaltimer())
     if WAIT:
         if pending > 0:
             report_done(pending_ptr, pending)

@@ -10,7 +10,7 @@ import torch
 
 from llamafast.config import Weight
 
-from ._common import INTERPRET, cdiv, next_pow2, scale_arg
+from ._common import INTERPRET, cdiv, next_pow2, scale_arg, w_fp8
 
 OPS = ("qkv", "attention", "wo", "ffn", "w2")  # per layer, in dependency order; each waits on the one before it
 
@@ -28,24 +28,25 @@ class StepConfig:
     max_registers: int | None = None  # per thread (ptxas maxnreg): caps the kernel so more programs fit an SM
 
 
-# (C, F, bytes per weight) -> launch. H100, Llama-2-7B (scripts/results/persistent/tune_7b_*_v2*.json): the best
-# of 15 launches each, 6.51 ms/token in bf16 and 5.92 in FP8 E5M2, against 4.74 and 2.84 for the per-op graph.
+# (C, F, bytes per weight) -> launch. H100, Llama-2-7B (scripts/results/persistent/tune_7b_*_v3.json): the best of
+# 7 launches each, 5.58 ms/token in bf16 and 3.40 in FP8 E5M2, against 4.74 and 2.83 for the per-op graph.
 CONFIGS: dict[tuple[int, int, int], StepConfig] = {
-    (4096, 11008, 2): StepConfig((16, 512), (8, 512), (8, 512), (8, 512), num_warps=8, programs_per_sm=2,
-                                 max_registers=128),
-    (4096, 11008, 1): StepConfig((8, 2048), (4, 2048), (4, 2048), (4, 2048), num_warps=4, programs_per_sm=2),
+    (4096, 11008, 2): StepConfig((8, 1024), (4, 1024), (4, 1024), (4, 1024), num_warps=4, programs_per_sm=3,
+                                 max_registers=168),
+    (4096, 11008, 1): StepConfig((8, 2048), (4, 2048), (4, 2048), (4, 2048), num_warps=4, programs_per_sm=3,
+                                 max_registers=168),
 }
 
 
 def step_config(table: dict, c: int, f: int, nbytes: int) -> StepConfig:
-    """The committed launch for a shape, else the 7B FP8 one's layout: 4 warps, 2 programs per SM, tiles of 2 KB of
-    each of 8 (qkv) or 4 rows."""
+    """The committed launch for a shape, else the 7B ones' layout: 4 warps, 3 programs per SM at 168 registers,
+    tiles of 2 KB of each of 8 (qkv) or 4 rows."""
     if (c, f, nbytes) in table:
         return table[(c, f, nbytes)]
     if INTERPRET:  # one program, few large tiles
         return StepConfig((64, 128), (64, 128), (64, 128), (64, 128), 4, 1)
     bk = min(2048 // nbytes, next_pow2(max(c, 16)))
-    return StepConfig((8, bk), (4, bk), (4, bk), (4, bk), 4, 2)
+    return StepConfig((8, bk), (4, bk), (4, bk), (4, bk), 4, 3, 168)
 
 
 def op_tasks(n_qkv: int, c: int, f: int, kvh: int, n_splits: int, cfg: StepConfig) -> tuple[int, ...]:
@@ -79,6 +80,16 @@ class LayerTensors:
     w2: Weight
     k_cache: torch.Tensor  # (KVH, Smax, D)
     v_cache: torch.Tensor
+
+
+def check_layers(layers: list[LayerTensors], fmt: int) -> None:
+    """Every layer's weights contiguous, in one format (W_FP8 code fmt) and one shape; one cache layout."""
+    for i, t in enumerate(layers):
+        for name in ("wqkv", "wo", "w1", "w3", "w2"):
+            w = getattr(t, name)
+            assert w.data.is_contiguous() and w_fp8(w) == fmt, f"layer {i} {name}: contiguous, one format"
+            assert w.data.shape == getattr(layers[0], name).data.shape, f"layer {i} {name}: one shape for all"
+        assert t.k_cache.stride() == layers[0].k_cache.stride() == t.v_cache.stride(), "one cache layout"
 
 
 def row_elems(n: int, dtype: torch.dtype) -> int:

@@ -44,6 +44,7 @@ class OpRow:
     bytes: int = 0  # per call, where the registry counts them
     gb_s: float | None = None
     fraction_of_copy_bw: float | None = None
+    tail_us: float | None = None  # persistent kernel: its median task's end to its last (step_timeline.py)
 
 
 @dataclass

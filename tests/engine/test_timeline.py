@@ -1,11 +1,13 @@
-"""The decode-step timeline (llamafast/bench/timeline.py): kernels labelled by op and layer, gaps and totals,
-from made-up profiler records on the CPU and from a real profile of stories260K's CUDA graph on the GPU."""
+"""The decode-step timelines: the per-op graph's (llamafast/bench/timeline.py: kernels labelled by op and layer, gaps
+and totals) and the persistent kernel's (step_timeline.py: ops timed from their tasks' stamps), from made-up
+records on the CPU and from real steps of stories260K on the GPU."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from llamafast.bench.step_timeline import NAMES, run_step_timeline, summarize_steps
 from llamafast.bench.timeline import Kernel, run_timeline, short_name, summarize
 from llamafast.config import Backend, DType
 from llamafast.load import load_model
@@ -61,4 +63,44 @@ def test_timeline_of_a_real_graph():
         assert rows[op].calls == lm.model.config.n_layers and rows[op].gb_s > 0, op
     assert rows["rmsnorm_lm_head"].calls == 1
     assert t.span_us == pytest.approx(t.kernel_us + t.gap_us, rel=1e-6)
+    assert 0 < t.layer_us < t.span_us
+
+
+def _stamps(layers: int, counts: tuple[int, ...], t0: int, us: list[float]) -> torch.Tensor:
+    """A step's task stamps in ns: op o's tasks run one after another from the end of op o - 1, each us[o] long,
+    except that each op's last task takes twice as long (its tail)."""
+    rows, t = [], float(t0)
+    for _ in range(layers):
+        for op, n in enumerate(counts):
+            for i in range(n):
+                d = us[op] * (2 if i == n - 1 else 1) * 1e3
+                rows.append((t, t + d))
+                t += d
+    return torch.tensor(rows, dtype=torch.int64)
+
+
+def test_persistent_timeline_adds_each_op_from_the_last_ones_end():
+    counts, us = (3, 1, 2, 3, 1), [1.0, 4.0, 2.0, 3.0, 5.0]
+    steps = [_stamps(2, counts, 10_000, us), _stamps(2, counts, 90_000, us)]
+    t = summarize_steps(steps, 2, counts, lambda op: 6_000_000 if op == "rmsnorm_swiglu" else 0, copy_bw_gb_s=2000.0)
+    rows = {r.op: r for r in t.ops}
+    assert [r.op for r in t.ops] == list(NAMES.values())
+    ffn = rows["rmsnorm_swiglu"]  # three tasks: 3 + 3 + 6 us; the median task ends 6 us before the last
+    assert ffn.calls == 2 and ffn.us == pytest.approx(12.0) and ffn.tail_us == pytest.approx(6.0)
+    assert ffn.gb_s == pytest.approx(500.0) and ffn.fraction_of_copy_bw == pytest.approx(0.25)
+    assert rows["decode_attention"].tail_us == 0.0  # one task: its median is its last
+    layer = sum(n * u + u for n, u in zip(counts, us))
+    assert t.span_us == pytest.approx(2 * layer) and t.layer_us == pytest.approx(layer)
+    assert sum(r.us * r.calls for r in t.ops) == pytest.approx(t.span_us)
+
+
+@pytest.mark.gpu
+def test_persistent_timeline_of_a_real_step():
+    """stories260K's persistent step: every op timed once per layer from its tasks' stamps, adding up to the span."""
+    lm = load_model(None, device=torch.device("cuda"), dtype=DType.float32, backend=Backend.persistent)
+    t = run_step_timeline(lm.model, lm.weights, None, n_prompt=8, replays=3, copy_bw_gb_s=1000.0)
+    assert [r.op for r in t.ops] == list(NAMES.values())
+    for r in t.ops:
+        assert r.calls == lm.model.config.n_layers and r.us > 0 and r.tail_us >= 0, r
+    assert sum(r.us * r.calls for r in t.ops) == pytest.approx(t.span_us, rel=1e-6)
     assert 0 < t.layer_us < t.span_us

@@ -29,25 +29,30 @@ def timeline(
     config: ConfigOpt = None,
     prompt_len: PromptLenOpt = None,
     reps: Annotated[int, typer.Option(help="Decode steps profiled (the mean is reported).")] = 10,
+    backend: Annotated[Backend, typer.Option(
+        help="triton: each kernel of the per-op graph; persistent: each op of the one-kernel step, from its tasks' "
+             "clock stamps.")] = Backend.triton,
     fp8: FP8BesideOpt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ):
-    """Profile the triton decode step on a CUDA GPU: each kernel where it runs, with the idle gap before it, per op
-    and per layer."""
+    """Profile the decode step on a CUDA GPU: each kernel where it runs, with the idle gap before it, per op and per
+    layer (or, with --backend persistent, each op of the one-kernel step and its tail)."""
     fmt = fp8_format if fp8 else None
     with clean_errors():
         t = target(model, tokenizer, random_weights, shape, device, dtype, config, out)
         n_prompt = pick(prompt_len, t.run.prompt_len)
-        _check(t, n_prompt, reps)
-        with readied(t, Backend.triton, None, fmt) as (models, _):
-            _report(models, fmt, n_prompt, reps, json_out, out)
+        _check(t, n_prompt, reps, backend)
+        with readied(t, backend, None, fmt) as (models, _):
+            _report(models, fmt, n_prompt, reps, json_out, out, backend)
 
 
-def _check(t, n_prompt: int, reps: int) -> None:
+def _check(t, n_prompt: int, reps: int, backend: Backend) -> None:
+    if backend not in (Backend.triton, Backend.persistent):
+        raise LlamafastError("bench timeline times the triton or persistent decode step: --backend triton|persistent")
     if t.device.type != "cuda":
-        raise LlamafastError("bench timeline profiles the triton decode step's CUDA graph and needs a CUDA GPU")
+        raise LlamafastError("bench timeline profiles the decode step on the GPU and needs a CUDA GPU")
     if n_prompt < 1 or reps < 1:
         raise LlamafastError("--prompt-len and --reps must be at least 1")
     if n_prompt + reps + 8 > t.config.max_seq_len:  # run_timeline's cache: the prompt, warm-up and profiled steps
@@ -55,17 +60,20 @@ def _check(t, n_prompt: int, reps: int) -> None:
                              f"model's context is {t.config.max_seq_len} tokens")
 
 
-def _report(models, fp8, n_prompt: int, replays: int, json_out: bool, out) -> None:
-    """models: the readied float model and, with --fp8, its FP8 copy; each one's decode step on the triton backend."""
+def _report(models, fp8, n_prompt: int, replays: int, json_out: bool, out, backend: Backend) -> None:
+    """models: the readied float model and, with --fp8, its FP8 copy; each one's decode step on the backend."""
+    from llamafast.bench.step_timeline import run_step_timeline
     from llamafast.bench.timeline import run_timeline
     from llamafast.measure.common import copy_bandwidth
 
     device = models[0].model.tok_embeddings.weight.device
     copy_bw = copy_bandwidth(device)
-    timelines = [run_timeline(lm.model, lm.weights, fp8 if fp8 is not None and lm.weights == fp8.weights else None,
-                              n_prompt, replays, copy_bw)
+    run = run_step_timeline if backend == Backend.persistent else run_timeline
+    timelines = [run(lm.model, lm.weights, fp8 if fp8 is not None and lm.weights == fp8.weights else None,
+                     n_prompt, replays, copy_bw)
                  for lm in models]
-    report = {"model": models[0].source, "prompt_tokens": n_prompt, "timelines": [t.to_dict() for t in timelines]}
+    report = {"model": models[0].source, "backend": backend.value, "prompt_tokens": n_prompt,
+              "timelines": [t.to_dict() for t in timelines]}
     if emit_json(report, out, json_out):
         return
     console = stdout_console()
@@ -73,16 +81,24 @@ def _report(models, fp8, n_prompt: int, replays: int, json_out: bool, out) -> No
         env = t.environment
         console.print(f"{escape(report['model'])} {t.weights} weights, decode step at context {t.context} on {env['device']}; "
                       f"mean of {t.steps} steps; copy bandwidth {t.copy_bw_gb_s:.0f} GB/s")
-        console.print(f"step {t.span_us:.1f} µs = kernels {t.kernel_us:.1f} + gaps {t.gap_us:.1f}; "
-                      f"a middle layer {t.layer_us:.1f} µs")
+        if backend == Backend.persistent:
+            console.print(f"every layer in one kernel: {t.span_us:.1f} µs, its tasks' clock (the LM head runs after "
+                          f"it); a middle layer {t.layer_us:.1f} µs")
+        else:
+            console.print(f"step {t.span_us:.1f} µs = kernels {t.kernel_us:.1f} + gaps {t.gap_us:.1f}; "
+                          f"a middle layer {t.layer_us:.1f} µs")
         console.print(_table(t))
 
 
 def _table(t) -> Table:
-    table = Table("op", "where", "calls/step", "µs/call", "gap before µs", "µs/step", "share", "GB/s", "% copy BW")
+    """Per op; a persistent step's ops show their tail where the per-op graph's kernels show the gap before them."""
+    tails = any(r.tail_us is not None for r in t.ops)
+    table = Table("op", "where", "calls/step", "µs/call", "tail µs" if tails else "gap before µs", "µs/step", "share",
+                  "GB/s", "% copy BW")
     for r in t.ops:
         per_step = r.calls * (r.us + r.gap_us)
-        table.add_row(escape(r.op), r.segment, str(r.calls), f"{r.us:.2f}", f"{r.gap_us:.2f}", f"{per_step:.1f}",
+        table.add_row(escape(r.op), r.segment, str(r.calls), f"{r.us:.2f}",
+                      f"{r.tail_us if tails else r.gap_us:.2f}", f"{per_step:.1f}",
                       f"{100 * per_step / t.span_us:.1f}%", "-" if r.gb_s is None else f"{r.gb_s:.0f}",
                       "-" if r.fraction_of_copy_bw is None else f"{100 * r.fraction_of_copy_bw:.1f}")
     return table
