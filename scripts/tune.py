@@ -320,11 +320,20 @@ def first_use(a) -> None:
 
 # -- persistent: the one-kernel decode step ---------------------------------------------------------------------
 
-# (warps, programs per SM, qkv block_n, bf16 block_k, registers per thread). Compiled for sm_90 at 7B the kernel
-# takes 219 registers in bf16 and 168 in FP8 uncapped; capped at 168 it spills none, at 128 it spills 40-160 bytes
-# (one warp per program spills 200-950). Programs per SM beyond what the registers allow are cut to that at launch.
-PERSISTENT_GRID = [(4, 2, 8, 1024, None), (4, 3, 8, 1024, 168), (4, 4, 8, 1024, 128), (8, 1, 16, 1024, None),
-                   (8, 2, 16, 512, 128), (2, 6, 4, 1024, 168), (2, 8, 4, 512, 128)]
+# (warps, programs per SM, registers per thread, then (block_n, bf16 block_k) of qkv, wo, ffn and w2; FP8 tiles
+# are as many bytes). At 7B the kernel takes 215 registers in bf16 and 168 in FP8 uncapped (4 warps, 8 x 1024
+# qkv tiles), none spilled at 168. Programs per SM beyond what the registers allow are cut to that at launch. An
+# op whose tasks are not a whole number of waves of the grid runs as long as its next whole number: wo and w2 in
+# 4-row tiles are 2.59 waves of 396 programs (3 per SM), 1.94 of 528.
+PERSISTENT_GRID = [
+    (4, 3, 168, (8, 1024), (4, 1024), (4, 1024), (4, 1024)),
+    (4, 3, 168, (8, 1024), (2, 1024), (4, 1024), (2, 1024)),
+    (4, 3, 168, (8, 1024), (1, 2048), (4, 1024), (1, 2048)),
+    (4, 3, 168, (8, 1024), (1, 4096), (4, 1024), (1, 4096)),
+    (4, 3, 168, (2, 4096), (1, 4096), (1, 4096), (1, 4096)),
+    (4, 4, 128, (8, 1024), (4, 1024), (2, 1024), (4, 1024)),
+    (4, 2, None, (8, 1024), (4, 1024), (4, 1024), (4, 1024)),
+]
 
 
 def persistent(a) -> None:
@@ -341,9 +350,9 @@ def persistent(a) -> None:
     want = _decode_logits(per_op, tokens)
     rows = [{"variant": "per-op", "ms_per_token": step_ms(per_op, a.steps)}]
     print(f"{a.shape} {a.fp8 or 'bf16'}: per-op graph {rows[0]['ms_per_token']:.4f} ms/token", flush=True)
-    for warps, per_sm, bn, bk, regs in PERSISTENT_GRID:
-        bk, half = bk * (2 // nbytes), (max(2, bn // 2), bk * (2 // nbytes))  # FP8: the same bytes per tile
-        cfg = StepConfig((bn, bk), half, half, half, warps, per_sm, regs)
+    for warps, per_sm, regs, *tiles in PERSISTENT_GRID:
+        qkv, wo, ffn, w2 = [(bn, bk * (2 // nbytes)) for bn, bk in tiles]  # FP8: the same bytes per tile
+        cfg = StepConfig(qkv, wo, ffn, w2, warps, per_sm, regs)
         model = with_backend(per_op, Backend.persistent)
         model.backend.launches["decode_step"][key] = cfg
         try:

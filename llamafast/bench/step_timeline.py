@@ -2,7 +2,8 @@
 kernel runs the whole step, so the profiler has nothing to split it by; each op of each layer is timed from its
 tasks instead. An op ends when its last task ends, and what it adds to the step is the time from the end of the op
 before it to its own end (the first op from the earliest task's start): those add up to the step. Its tail is the
-time from its median task's end to its last one's, which the next op's programs spend waiting. Returns data;
+time from when the median program finished its share of the op to when the last one did: what a partial last wave
+or a slow program costs, since the next op's programs wait for it. Returns data;
 `llamafast bench timeline --backend persistent` prints it.
 """
 
@@ -21,28 +22,31 @@ NAMES = {"qkv": "rmsnorm_qkv_rope", "attention": "decode_attention", "wo": "line
          "ffn": "rmsnorm_swiglu", "w2": "linear_residual[w2]"}
 
 
-def op_times(stamps: torch.Tensor, n_layers: int, counts: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """One step's (tasks, 2) start and end stamps in ns, tasks in the walk's order -> (added, tail) in µs, each
-    (n_layers, ops), and the step's span in µs."""
-    t = stamps.to(torch.float64).view(n_layers, sum(counts), 2) / 1e3
-    start = t[..., 0].min()
+def op_times(stamps: torch.Tensor, n_layers: int, counts: tuple[int, ...], n_programs: int
+             ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """One step's (tasks, 2) start and end stamps in ns, tasks in the walk's order (task i on program i % n_programs)
+    -> (added, tail) in µs, each (n_layers, ops), and the step's span in µs."""
+    t = stamps.to(torch.float64) / 1e3
+    program = torch.arange(t.shape[0]) % n_programs
+    start = t[:, 0].min()
     added = torch.empty(n_layers, len(counts), dtype=torch.float64)
     tail = torch.empty_like(added)
-    prev = start
+    prev, first = start, 0
     for layer in range(n_layers):
-        first = 0
         for op, n in enumerate(counts):
-            ends = t[layer, first: first + n, 1]
+            ends = t[first: first + n, 1]
+            done = torch.full((n_programs,), float("-inf"), dtype=torch.float64)
+            done = done.scatter_reduce(0, program[first: first + n], ends, "amax")  # each program's share's end
             last = ends.max()
-            added[layer, op], tail[layer, op] = last - prev, last - ends.median()
+            added[layer, op], tail[layer, op] = last - prev, last - done[done > float("-inf")].median()
             prev, first = last, first + n
-    return added, tail, (t[..., 1].max() - start).item()
+    return added, tail, (t[:, 1].max() - start).item()
 
 
-def summarize_steps(steps: list[torch.Tensor], n_layers: int, counts: tuple[int, ...], bytes_of, copy_bw_gb_s: float,
-                    weights: str = "", context: int = 0) -> Timeline:
+def summarize_steps(steps: list[torch.Tensor], n_layers: int, counts: tuple[int, ...], n_programs: int, bytes_of,
+                    copy_bw_gb_s: float, weights: str = "", context: int = 0) -> Timeline:
     """The per-op table over steps' stamps: each op's mean added µs per layer and its tail (OpRow.tail_us)."""
-    timed = [op_times(s, n_layers, counts) for s in steps]
+    timed = [op_times(s, n_layers, counts, n_programs) for s in steps]
     added = torch.stack([a for a, _, _ in timed]).mean(0)  # (layers, ops)
     tail = torch.stack([t for _, t, _ in timed]).mean(0)
     span = sum(s for _, _, s in timed) / len(timed)
@@ -79,6 +83,7 @@ def run_step_timeline(model, weights: str, fp8: FP8Format | None, n_prompt: int,
         spec = REGISTRY.get(op)
         return spec.bytes_moved(c, dtype, context, fp8) if spec is not None else 0
 
-    timeline = summarize_steps(steps, len(model.layers), step.counts_per_op, bytes_of, copy_bw_gb_s, weights, context)
+    timeline = summarize_steps(steps, len(model.layers), step.counts_per_op, step.grid, bytes_of, copy_bw_gb_s,
+                               weights, context)
     timeline.environment = environment(engine.token.device)
     return timeline

@@ -82,16 +82,19 @@ def _stamps(layers: int, counts: tuple[int, ...], t0: int, us: list[float]) -> t
 def test_persistent_timeline_adds_each_op_from_the_last_ones_end():
     counts, us = (3, 1, 2, 3, 1), [1.0, 4.0, 2.0, 3.0, 5.0]
     steps = [_stamps(2, counts, 10_000, us), _stamps(2, counts, 90_000, us)]
-    t = summarize_steps(steps, 2, counts, lambda op: 6_000_000 if op == "rmsnorm_swiglu" else 0, copy_bw_gb_s=2000.0)
+    bytes_of = lambda op: 6_000_000 if op == "rmsnorm_swiglu" else 0  # noqa: E731
+    t = summarize_steps(steps, 2, counts, 100, bytes_of, copy_bw_gb_s=2000.0)  # a program per task
     rows = {r.op: r for r in t.ops}
     assert [r.op for r in t.ops] == list(NAMES.values())
-    ffn = rows["rmsnorm_swiglu"]  # three tasks: 3 + 3 + 6 us; the median task ends 6 us before the last
+    ffn = rows["rmsnorm_swiglu"]  # three tasks: 3 + 3 + 6 us; the median program ends 6 us before the last
     assert ffn.calls == 2 and ffn.us == pytest.approx(12.0) and ffn.tail_us == pytest.approx(6.0)
     assert ffn.gb_s == pytest.approx(500.0) and ffn.fraction_of_copy_bw == pytest.approx(0.25)
     assert rows["decode_attention"].tail_us == 0.0  # one task: its median is its last
     layer = sum(n * u + u for n, u in zip(counts, us))
     assert t.span_us == pytest.approx(2 * layer) and t.layer_us == pytest.approx(layer)
     assert sum(r.us * r.calls for r in t.ops) == pytest.approx(t.span_us)
+    one = summarize_steps(steps, 2, counts, 1, bytes_of, copy_bw_gb_s=2000.0)  # every task on one program: no tail
+    assert [r.tail_us for r in one.ops] == [0.0] * 5 and one.span_us == pytest.approx(t.span_us)
 
 
 @pytest.mark.gpu
