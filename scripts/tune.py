@@ -321,18 +321,19 @@ def first_use(a) -> None:
 # -- persistent: the one-kernel decode step ---------------------------------------------------------------------
 
 # (warps, programs per SM, registers per thread, then (block_n, bf16 block_k) of qkv, wo, ffn and w2; FP8 tiles
-# are as many bytes). At 7B the kernel takes 215 registers in bf16 and 168 in FP8 uncapped (4 warps, 8 x 1024
-# qkv tiles), none spilled at 168. Programs per SM beyond what the registers allow are cut to that at launch. An
-# op whose tasks are not a whole number of waves of the grid runs as long as its next whole number: wo and w2 in
-# 4-row tiles are 2.59 waves of 396 programs (3 per SM), 1.94 of 528.
+# are as many bytes). A program keeps one tile in flight while it multiplies another, so a tile's bytes are what
+# each program has in flight: at 7B (H100, scripts/results/persistent/) the ops with 16 KB of tiles in flight (qkv
+# in 8 x 1024 tiles, gate and up in two 4 x 1024 ones) ran at 96% and 100% of the copy bandwidth, wo and w2 in
+# 4 x 1024 tiles at 59% and 76%; tiles cut to whole waves of the grid ran slower (tune_7b_*_v4.json). Programs per
+# SM beyond what the registers allow are cut to that at launch.
 PERSISTENT_GRID = [
     (4, 3, 168, (8, 1024), (4, 1024), (4, 1024), (4, 1024)),
-    (4, 3, 168, (8, 1024), (2, 1024), (4, 1024), (2, 1024)),
-    (4, 3, 168, (8, 1024), (1, 2048), (4, 1024), (1, 2048)),
-    (4, 3, 168, (8, 1024), (1, 4096), (4, 1024), (1, 4096)),
-    (4, 3, 168, (2, 4096), (1, 4096), (1, 4096), (1, 4096)),
-    (4, 4, 128, (8, 1024), (4, 1024), (2, 1024), (4, 1024)),
-    (4, 2, None, (8, 1024), (4, 1024), (4, 1024), (4, 1024)),
+    (4, 3, 168, (8, 1024), (4, 2048), (4, 1024), (4, 2048)),
+    (4, 3, 168, (8, 1024), (8, 1024), (4, 1024), (8, 1024)),
+    (4, 3, 168, (8, 1024), (4, 4096), (4, 1024), (4, 4096)),
+    (4, 3, 168, (16, 1024), (4, 2048), (4, 1024), (4, 2048)),
+    (4, 3, 168, (8, 2048), (4, 2048), (4, 1024), (4, 2048)),
+    (4, 3, None, (8, 1024), (4, 2048), (4, 1024), (4, 2048)),
 ]
 
 
