@@ -13,9 +13,8 @@ Each layer has its own activation rows, padded to 128 bytes, so no SM can hold a
 L1: every row is written once per launch, before any program reads it. The counters (and the attention merge's
 tickets) are zeroed before each launch, inside the CUDA graph. The LM head and sampling run after the kernel.
 
-SEQUENTIAL (the interpreter on the CPU): one program walks the whole list in order, so no task ever waits. STAMPS:
-each task's start and end on the GPU's clock (DecodeStep.stamped).
-Legend: L layers, C dim, F hidden, H heads, KVH kv heads, D head_dim, S attention splits.
+SEQUENTIAL (the interpreter): one program walks the list in order, so no task waits. STAMPS: each task's start
+and end on the GPU's clock (DecodeStep.stamped). L layers, C dim, F hidden, H heads, KVH kv heads, D head_dim.
 """
 
 from __future__ import annotations

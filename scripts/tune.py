@@ -319,22 +319,12 @@ def first_use(a) -> None:
 
 
 # -- persistent: the one-kernel decode step ---------------------------------------------------------------------
-
-# (warps, programs per SM, registers per thread, then (block_n, bf16 block_k) of qkv, wo, ffn and w2; FP8 tiles
-# are as many bytes). A program keeps one tile in flight while it multiplies another, so a tile's bytes are what
-# each program has in flight: at 7B (H100, scripts/results/persistent/) the ops with 16 KB of tiles in flight (qkv
-# in 8 x 1024 tiles, gate and up in two 4 x 1024 ones) ran at 96% and 100% of the copy bandwidth, wo and w2 in
-# 4 x 1024 tiles at 59% and 76%; tiles cut to whole waves of the grid ran slower (tune_7b_*_v4.json). Programs per
-# SM beyond what the registers allow are cut to that at launch.
-PERSISTENT_GRID = [
-    (4, 3, 168, (8, 1024), (4, 1024), (4, 1024), (4, 1024)),
-    (4, 3, 168, (8, 1024), (4, 2048), (4, 1024), (4, 2048)),
-    (4, 3, 168, (8, 1024), (8, 1024), (4, 1024), (8, 1024)),
-    (4, 3, 168, (8, 1024), (4, 4096), (4, 1024), (4, 4096)),
-    (4, 3, 168, (16, 1024), (4, 2048), (4, 1024), (4, 2048)),
-    (4, 3, 168, (8, 2048), (4, 2048), (4, 1024), (4, 2048)),
-    (4, 3, None, (8, 1024), (4, 2048), (4, 1024), (4, 2048)),
-]
+# (warps, programs per SM, registers, (block_n, bf16 block_k) of qkv, wo, ffn, w2; FP8 tiles as many bytes): each
+# program keeps one tile in flight, so tile bytes set an op's bandwidth (docs/design.md); programs per SM that the
+# registers do not allow are cut at launch.
+_QKV, _FFN, _WIDE = (8, 1024), (4, 1024), (4, 2048)
+PERSISTENT_GRID = ([(4, 3, 168, _QKV, wo, _FFN, wo) for wo in [(4, 1024), _WIDE, (8, 1024), (4, 4096)]]
+                   + [(4, 3, r, q, _WIDE, _FFN, _WIDE) for q, r in [((16, 1024), 168), ((8, 2048), 168), (_QKV, None)]])
 
 
 def persistent(a) -> None:
@@ -343,8 +333,7 @@ def persistent(a) -> None:
     from profile_tp import step_ms
     from llamafast.backends import with_backend
     from llamafast.kernels.decode_step_plan import StepConfig
-    fp8 = FP8Format(a.fp8) if a.fp8 else None
-    per_op = random_model(a.shape, CUDA, DType.bfloat16, Backend.triton, fp8=fp8).model
+    per_op = random_model(a.shape, CUDA, DType.bfloat16, Backend.triton, fp8=FP8Format(a.fp8) if a.fp8 else None).model
     c, nbytes = per_op.config, per_op.layers[0].attention.wqkv.weight.element_size()
     key = (c.dim, c.hidden_dim, nbytes)
     tokens = torch.randint(3, c.vocab_size, (24,), generator=torch.Generator().manual_seed(0)).tolist()
@@ -352,8 +341,7 @@ def persistent(a) -> None:
     rows = [{"variant": "per-op", "ms_per_token": step_ms(per_op, a.steps)}]
     print(f"{a.shape} {a.fp8 or 'bf16'}: per-op graph {rows[0]['ms_per_token']:.4f} ms/token", flush=True)
     for warps, per_sm, regs, *tiles in PERSISTENT_GRID:
-        qkv, wo, ffn, w2 = [(bn, bk * (2 // nbytes)) for bn, bk in tiles]  # FP8: the same bytes per tile
-        cfg = StepConfig(qkv, wo, ffn, w2, warps, per_sm, regs)
+        cfg = StepConfig(*[(bn, bk * (2 // nbytes)) for bn, bk in tiles], warps, per_sm, regs)  # FP8: as many bytes
         model = with_backend(per_op, Backend.persistent)
         model.backend.launches["decode_step"][key] = cfg
         try:
