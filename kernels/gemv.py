@@ -34,10 +34,11 @@ def dot_rows(
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x is x + PARTS fp32 partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (use_pdl): see _first_tile
     wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT: x is ready once *wait_ptr >= wait_target (counters.py)
-    WAIT: tl.constexpr = False,
+    WAIT: tl.constexpr = False,  # with PREFETCH only: the persistent kernel's path
     PREFETCH: tl.constexpr = False,  # load each weight tile one step ahead of its multiply (_prefetched)
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
+    tl.static_assert(PREFETCH or not WAIT, "WAIT is the persistent kernel's, which prefetches")
     offs = rows[:, None].to(tl.int64) * stride_wn
     if PREFETCH:
         return _prefetched(w_ptr + offs, w2_ptr + offs, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
@@ -47,11 +48,9 @@ def dot_rows(
     acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
     start = 0
-    if PDL or WAIT:
+    if PDL:
         k = tl.arange(0, BLOCK_K)
-        w, w2 = _first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR, PDL)
-        if WAIT:
-            wait_count(wait_ptr, wait_target, watchdog_ptr)
+        w, w2 = _first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR)
         x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
         acc += w * x[None, :]
         if PAIR:
@@ -129,20 +128,18 @@ def _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM: tl.constexpr, EVEN_
 
 @triton.jit
 def _first_tile(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-                PAIR: tl.constexpr, PDL: tl.constexpr):
+                PAIR: tl.constexpr):
     """The first weight tile, read before waiting for x (weights are never written while decoding). Under
-    programmatic dependent launch (PDL) this kernel starts while the previous one still runs: it lets the next
+    programmatic dependent launch (PDL), the only caller, this kernel starts while the previous one still runs: it lets the next
     kernel start too, reads the tile, and only then waits for the previous kernel, before reading any activation
     or writing anything; the experiment that measured PDL slower (scripts/experiments/pdl_ab.txt: 199.1 against
     202.7 tok/s, bf16) waited first and loaded after."""
-    if PDL:
-        gdc_launch_dependents()
+    gdc_launch_dependents()
     w = _load_tile(row_ptrs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32)
     w2 = w
     if PAIR:
         w2 = _load_tile(row_ptrs2, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32)
-    if PDL:
-        gdc_wait()
+    gdc_wait()
     return w, w2
 
 

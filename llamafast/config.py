@@ -162,6 +162,11 @@ class WeightFormat(str, Enum):
         """The kernels' W_FP8 constexpr: 0 float, 1 E5M2, 2 E4M3."""
         return ("float", "fp8_e5m2", "fp8_e4m3").index(self.value)
 
+    @property
+    def fp8(self) -> FP8Format | None:
+        """The FP8 format of FP8 weights (None: float)."""
+        return None if self == WeightFormat.float else FP8Format(self.value.removeprefix("fp8_"))
+
 
 @dataclass(frozen=True, eq=False)
 class Weight:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from llamafast.measure.common import environment
-from llamafast.config import FP8Format, ModelConfig, WeightFormat
+from llamafast.config import FP8Format, ModelConfig
 from llamafast.model import Transformer
 from llamafast.settings import settings
 from llamafast.tuning import cache
@@ -85,7 +85,7 @@ def model_jobs(model: Transformer) -> list[Job]:
     if hasattr(ffn, "w2"):  # a sparsified FFN's down projection (w2t) runs on cuBLAS
         linears.append(("linear_residual[w2]", ffn.w2))
     linears.append(("rmsnorm_lm_head", model.output))
-    jobs = [Job(name, (*lin.weight.shape, lin.weight.element_size()), _fp8(lin.fmt)) for name, lin in linears]
+    jobs = [Job(name, (*lin.weight.shape, lin.weight.element_size()), lin.fmt.fp8) for name, lin in linears]
     jobs.append(Job("decode_attention", (c.n_kv_heads // model.world, c.n_heads // c.n_kv_heads), None))
     return list({(j.table, j.key): j for j in jobs}.values())  # wo and w2 of one shape are one key
 
@@ -157,6 +157,3 @@ def override(model: Transformer, entries: Entries) -> None:
     for (name, key), entry in entries.items():
         model.backend.launches[name][key] = entry.launch
 
-
-def _fp8(fmt: WeightFormat) -> FP8Format | None:
-    return None if fmt == WeightFormat.float else FP8Format(fmt.value.removeprefix("fp8_"))

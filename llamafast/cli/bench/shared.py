@@ -172,8 +172,7 @@ def _weights(t: Target) -> tuple[torch.dtype, FP8Format | None]:
     ckpt = None if isinstance(t.source, str) else t.source.checkpoint
     stored = checkpoint_dtype(ckpt) if ckpt is not None else torch.bfloat16
     fmt = checkpoint_formats(ckpt)[0] if ckpt is not None else WeightFormat.float
-    fp8 = None if fmt == WeightFormat.float else FP8Format(fmt.value.removeprefix("fp8_"))
-    return resolve_dtype(t.dtype, t.device, stored), fp8
+    return resolve_dtype(t.dtype, t.device, stored), fmt.fp8
 
 
 def beside_tp1(ranks, t: Target, backend: Backend, fp8: FP8Format | None,
