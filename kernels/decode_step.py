@@ -27,6 +27,7 @@ from triton.language.extra.cuda import globaltimer
 from ._common import INTERPRET, cdiv, dot_dim, next_pow2, scale_arg, w_fp8
 from .counters import report_done, wait_count
 from .decode_attention import attention_config, attention_split
+from .decode_step_tasks import at, step_task, task_to_l2
 from .decode_step_plan import (CONFIGS, OPS, LayerTensors, StepConfig, check_layers, offset_table, op_tasks,
                                row_elems, step_config)
 from .linear_residual import linear_residual_tile
@@ -122,7 +123,7 @@ class DecodeStep:
             BK_FFN=cfg.ffn[1], BN_W2=cfg.w2[0], BK_W2=cfg.w2[1],
             BLOCK_G=dot_dim(self.h // self.kvh), BLOCK_D=dot_dim(self.d), BLOCK_S=self.block_s,
             SPLIT_LEN=self.split_len, FP32=self.xs.dtype == torch.float32, BLOCK_SPLITS=next_pow2(self.n_splits),
-            SEQUENTIAL=INTERPRET, num_warps=cfg.num_warps,
+            SEQUENTIAL=INTERPRET, L2=0 if INTERPRET else cfg.l2_ahead, num_warps=cfg.num_warps,
         )
         if cfg.max_registers and not INTERPRET:
             meta["maxnreg"] = cfg.max_registers
@@ -147,13 +148,6 @@ class DecodeStep:
         return min(min(fit, self.cfg.programs_per_sm) * props.multi_processor_count, sum(self.counts_per_op))
 
 
-@triton.jit
-def _at(off, column):
-    """Where a layer's tensor starts, in elements from layer 0's (offset_table): a multiple of 16, so the loads
-    from it stay 16 bytes wide (an offset read from memory carries no alignment the compiler can see)."""
-    return tl.multiple_of(tl.load(off + column), 16)
-
-
 @triton.jit(do_not_specialize=["n_programs"])
 def _decode_step_kernel(
     x_ptr, xs_ptr, hs_ptr, qs_ptr, att_ptr, fs_ptr, part_ptr, lse_ptr, count_ptr, watchdog_ptr,  # input, scratch
@@ -168,9 +162,11 @@ def _decode_step_kernel(
     BN_QKV: tl.constexpr, BK_QKV: tl.constexpr, BN_WO: tl.constexpr, BK_WO: tl.constexpr,
     BN_FFN: tl.constexpr, BK_FFN: tl.constexpr, BN_W2: tl.constexpr, BK_W2: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr,
-    FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SEQUENTIAL: tl.constexpr, STAMPS: tl.constexpr = False,
+    FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SEQUENTIAL: tl.constexpr, L2: tl.constexpr,
+    STAMPS: tl.constexpr = False,
 ):
     WAIT: tl.constexpr = not SEQUENTIAL
+    OWN: tl.constexpr = L2 == 1  # each task's own weights to L2 at its start (the L2 == 2 walk asks ahead)
     T_LAYER: tl.constexpr = T_QKV + T_ATT + T_WO + T_FFN + T_W2
     known = tl.program_id(0) * 0 - 1  # the latest op (layer * OPS + op) this program has seen complete
     pending = known * 0  # tasks of op pending_op done but not yet counted (counted once per op: one release)
@@ -179,24 +175,19 @@ def _decode_step_kernel(
     for t in range(tl.program_id(0), LAYERS * T_LAYER, n_programs):
         if STAMPS:
             tl.store(stamp_ptr + 2 * t, globaltimer())
-        layer = t // T_LAYER
-        r = t - layer * T_LAYER
+        layer, op, tile, n_dep = step_task(t, T_QKV, T_ATT, T_WO, T_FFN, T_W2)
+        if L2 == 2:  # the weights of this program's next task (and at its first, of this one) requested now
+            if t == tl.program_id(0):
+                task_to_l2(t, table_ptr, wqkv_ptr, wo_ptr, w1_ptr, w3_ptr, w2_ptr, N_QKV, C, F, QD, T_QKV, T_ATT,
+                           T_WO, T_FFN, T_W2, BN_QKV, BN_WO, BN_FFN, BN_W2)
+            if t + n_programs < LAYERS * T_LAYER:
+                task_to_l2(t + n_programs, table_ptr, wqkv_ptr, wo_ptr, w1_ptr, w3_ptr, w2_ptr, N_QKV, C, F, QD,
+                           T_QKV, T_ATT, T_WO, T_FFN, T_W2, BN_QKV, BN_WO, BN_FFN, BN_W2)
         off = table_ptr + layer * 14
         cnt = count_ptr + layer * CR
         x_in = xs_ptr + layer * XR
         if layer == 0:
             x_in = x_ptr
-        op = r * 0
-        tile = r
-        n_dep = r * 0 + T_W2
-        if r >= T_QKV:
-            op, tile, n_dep = 1, r - T_QKV, T_QKV
-        if r >= T_QKV + T_ATT:
-            op, tile, n_dep = 2, r - T_QKV - T_ATT, T_ATT
-        if r >= T_QKV + T_ATT + T_WO:
-            op, tile, n_dep = 3, r - T_QKV - T_ATT - T_WO, T_WO
-        if r >= T_QKV + T_ATT + T_WO + T_FFN:
-            op, tile, n_dep = 4, r - T_QKV - T_ATT - T_WO - T_FFN, T_FFN
         dep = layer * 5 + op - 1  # the op this task's input comes from (OPS = 5)
         dep_ptr = count_ptr + (tl.maximum(dep, 0) // 5) * CR + tl.maximum(dep, 0) % 5
         target = tl.where(dep > known, n_dep, 0)
@@ -207,38 +198,38 @@ def _decode_step_kernel(
                 pending = 0
         if op == 0:
             qkv_rope_tile(
-                tile, x_in, an_ptr + _at(off, 10), wqkv_ptr + _at(off, 0), sqkv_ptr + _at(off, 5),
-                cos_ptr, sin_ptr, pos_ptr, qs_ptr + layer * QR, kc_ptr + _at(off, 12), vc_ptr + _at(off, 13),
+                tile, x_in, an_ptr + at(off, 10), wqkv_ptr + at(off, 0), sqkv_ptr + at(off, 5),
+                cos_ptr, sin_ptr, pos_ptr, qs_ptr + layer * QR, kc_ptr + at(off, 12), vc_ptr + at(off, 13),
                 N_QKV, C, QD, KVD, C, stride_ch, stride_cs, eps, HEAD_DIM, BN_QKV, BK_QKV, C % BK_QKV == 0, W_FP8,
-                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True,
+                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True, L2_AHEAD=OWN,
             )
         elif op == 1:
             if WAIT:
                 wait_count(dep_ptr, target, watchdog_ptr)
             attention_split(
-                tile // N_SPLITS, tile % N_SPLITS, qs_ptr + layer * QR, kc_ptr + _at(off, 12),
-                vc_ptr + _at(off, 13), pos_ptr, part_ptr + layer * PR, lse_ptr + layer * LR, stride_ch, stride_cs,
+                tile // N_SPLITS, tile % N_SPLITS, qs_ptr + layer * QR, kc_ptr + at(off, 12),
+                vc_ptr + at(off, 13), pos_ptr, part_ptr + layer * PR, lse_ptr + layer * LR, stride_ch, stride_cs,
                 N_SPLITS, sm_scale, cnt + 5, att_ptr + layer * QR, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S,
                 SPLIT_LEN, FP32, BLOCK_SPLITS,
             )
         elif op == 2:
             linear_residual_tile(
-                tile, att_ptr + layer * QR, wo_ptr + _at(off, 1), swo_ptr + _at(off, 6), x_in,
+                tile, att_ptr + layer * QR, wo_ptr + at(off, 1), swo_ptr + at(off, 6), x_in,
                 hs_ptr + layer * XR, C, QD, QD, BN_WO, BK_WO, QD % BK_WO == 0, W_FP8,
-                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True,
+                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True, L2_AHEAD=OWN,
             )
         elif op == 3:
             swiglu_tile(
-                tile, hs_ptr + layer * XR, fn_ptr + _at(off, 11), w1_ptr + _at(off, 2),
-                w3_ptr + _at(off, 3), s1_ptr + _at(off, 7), s3_ptr + _at(off, 8), fs_ptr + layer * FR,
+                tile, hs_ptr + layer * XR, fn_ptr + at(off, 11), w1_ptr + at(off, 2),
+                w3_ptr + at(off, 3), s1_ptr + at(off, 7), s3_ptr + at(off, 8), fs_ptr + layer * FR,
                 F, C, C, eps, BN_FFN, BK_FFN, C % BK_FFN == 0, W_FP8,
-                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True,
+                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True, L2_AHEAD=OWN,
             )
         else:
             linear_residual_tile(
-                tile, fs_ptr + layer * FR, w2_ptr + _at(off, 4), s2_ptr + _at(off, 9), hs_ptr + layer * XR,
+                tile, fs_ptr + layer * FR, w2_ptr + at(off, 4), s2_ptr + at(off, 9), hs_ptr + layer * XR,
                 xs_ptr + (layer + 1) * XR, C, F, F, BN_W2, BK_W2, F % BK_W2 == 0, W_FP8,
-                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True,
+                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True, L2_AHEAD=OWN,
             )
         pending += 1
         pending_op = dep + 1

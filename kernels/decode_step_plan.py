@@ -26,6 +26,7 @@ class StepConfig:
     num_warps: int
     programs_per_sm: int
     max_registers: int | None = None  # per thread (ptxas maxnreg): caps the kernel so more programs fit an SM
+    l2_ahead: int = 0  # L2 prefetch of whole tasks' weight rows: 1 each task's own at its start, 2 the next one's
 
 
 # (C, F, bytes per weight) -> launch. H100, Llama-2-7B (scripts/results/persistent/tune_7b_*_v5.json): the best of

@@ -20,7 +20,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from llamafast.config import Weight, WeightFormat
 
-from ._common import INTERPRET, decode_weights, next_pow2, w_fp8
+from ._common import INTERPRET, decode_weights, next_pow2, prefetch_l2, w_fp8
 from .counters import wait_count
 
 
@@ -36,10 +36,15 @@ def dot_rows(
     wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT: x is ready once *wait_ptr >= wait_target (counters.py)
     WAIT: tl.constexpr = False,  # with PREFETCH only: the persistent kernel's path
     PREFETCH: tl.constexpr = False,  # load each weight tile one step ahead of its multiply (_prefetched)
+    L2_AHEAD: tl.constexpr = False,  # ask L2 for all of the rows first (rows_to_l2; GPU only)
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
     tl.static_assert(PREFETCH or not WAIT, "WAIT is the persistent kernel's, which prefetches")
     offs = rows[:, None].to(tl.int64) * stride_wn
+    if L2_AHEAD:
+        rows_to_l2(w_ptr + offs, row_mask, K, BLOCK_N)
+        if PAIR:
+            rows_to_l2(w2_ptr + offs, row_mask, K, BLOCK_N)
     if PREFETCH:
         return _prefetched(w_ptr + offs, w2_ptr + offs, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
                            BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS, wait_ptr, wait_target, watchdog_ptr,
@@ -102,6 +107,21 @@ def _prefetched(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr,
         out2 += tl.sum(w2.to(tl.float32) * x[None, :], axis=1)
     out, out2 = _row_scaled(out, out2, s_ptr, s2_ptr, rows, row_mask, PAIR, W_FP8)
     return out, out2, tl.sum(ss, axis=0)
+
+
+@triton.jit
+def rows_to_l2(row_ptrs, row_mask, K, BLOCK_N: tl.constexpr):
+    """Bulk L2 prefetches of whole weight rows, before the first tile or any wait: a program's weights are all
+    requested at once instead of one tile at a time, and the next op's stream through a wait. Each row is split
+    into pieces so that the program's threads share the requests."""
+    PIECES: tl.constexpr = max(128 // BLOCK_N, 1)
+    row_bytes = K * (row_ptrs.dtype.element_ty.primitive_bitwidth // 8)
+    piece = (row_bytes + 16 * PIECES - 1) // (16 * PIECES) * 16
+    row = row_ptrs.to(tl.int64)
+    start = row + tl.arange(0, PIECES)[None, :] * piece
+    end = (tl.minimum(start + piece, row + row_bytes) + 15) // 16 * 16  # within the allocation's 16-byte granule
+    start = start // 16 * 16
+    prefetch_l2(start, tl.where(row_mask[:, None] & (end > start), end - start, 0).to(tl.int32))
 
 
 @triton.jit
@@ -204,8 +224,13 @@ def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: boo
     }
     if pdl:
         on = use_pdl(w.data.device, w.fmt)
-        args.update(PDL=on, launch_pdl=on)
+        args.update(PDL=on, launch_pdl=on, L2_AHEAD=use_l2_ahead(w.data.device, w.fmt))
     return args
+
+
+def use_l2_ahead(device: torch.device, fmt: WeightFormat) -> bool:
+    """Each dense decode GEMV program asks L2 for all of its weight rows before its first tile (rows_to_l2)."""
+    return _pdl_capable(device)
 
 
 def use_pdl(device: torch.device, fmt: WeightFormat) -> bool:
