@@ -71,14 +71,3 @@ def decode_weights(w, W_FP8: tl.constexpr):
     elif W_FP8 == 2:
         w = w.to(tl.float8e4nv, bitcast=True)
     return w
-
-
-@triton.jit
-def prefetch_l2(start, nbytes):
-    """Asks L2 for nbytes at each address of the int64 tensor start (16-byte aligned; none where nbytes <= 0), one
-    bulk prefetch per element (sm_90's cp.async.bulk.prefetch.L2): the bytes stream in without holding a register,
-    and the loads that follow hit L2. Never under the interpreter, which has no inline assembly."""
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.b32 $0, 0; }",
-        "=r,l,r", [start, nbytes], dtype=tl.int32, is_pure=False, pack=1,
-    )

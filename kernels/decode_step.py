@@ -27,9 +27,9 @@ from triton.language.extra.cuda import globaltimer
 from ._common import INTERPRET, cdiv, dot_dim, next_pow2, scale_arg, w_fp8
 from .counters import report_done, wait_count
 from .decode_attention import attention_config, attention_split
-from .decode_step_tasks import at, step_task, task_to_l2
 from .decode_step_plan import (CONFIGS, OPS, LayerTensors, StepConfig, check_layers, offset_table, op_tasks,
                                row_elems, step_config)
+from .decode_step_tasks import at, step_task
 from .linear_residual import linear_residual_tile
 from .rmsnorm_qkv_rope import qkv_rope_tile
 from .rmsnorm_swiglu import swiglu_tile
@@ -123,7 +123,7 @@ class DecodeStep:
             BK_FFN=cfg.ffn[1], BN_W2=cfg.w2[0], BK_W2=cfg.w2[1],
             BLOCK_G=dot_dim(self.h // self.kvh), BLOCK_D=dot_dim(self.d), BLOCK_S=self.block_s,
             SPLIT_LEN=self.split_len, FP32=self.xs.dtype == torch.float32, BLOCK_SPLITS=next_pow2(self.n_splits),
-            SEQUENTIAL=INTERPRET, L2=0 if INTERPRET else cfg.l2_ahead, num_warps=cfg.num_warps,
+            SEQUENTIAL=INTERPRET, STAGES=cfg.stages, num_warps=cfg.num_warps,
         )
         if cfg.max_registers and not INTERPRET:
             meta["maxnreg"] = cfg.max_registers
@@ -162,11 +162,10 @@ def _decode_step_kernel(
     BN_QKV: tl.constexpr, BK_QKV: tl.constexpr, BN_WO: tl.constexpr, BK_WO: tl.constexpr,
     BN_FFN: tl.constexpr, BK_FFN: tl.constexpr, BN_W2: tl.constexpr, BK_W2: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr,
-    FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SEQUENTIAL: tl.constexpr, L2: tl.constexpr,
+    FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SEQUENTIAL: tl.constexpr, STAGES: tl.constexpr,
     STAMPS: tl.constexpr = False,
 ):
     WAIT: tl.constexpr = not SEQUENTIAL
-    OWN: tl.constexpr = L2 == 1  # each task's own weights to L2 at its start (the L2 == 2 walk asks ahead)
     T_LAYER: tl.constexpr = T_QKV + T_ATT + T_WO + T_FFN + T_W2
     known = tl.program_id(0) * 0 - 1  # the latest op (layer * OPS + op) this program has seen complete
     pending = known * 0  # tasks of op pending_op done but not yet counted (counted once per op: one release)
@@ -176,13 +175,6 @@ def _decode_step_kernel(
         if STAMPS:
             tl.store(stamp_ptr + 2 * t, globaltimer())
         layer, op, tile, n_dep = step_task(t, T_QKV, T_ATT, T_WO, T_FFN, T_W2)
-        if L2 == 2:  # the weights of this program's next task (and at its first, of this one) requested now
-            if t == tl.program_id(0):
-                task_to_l2(t, table_ptr, wqkv_ptr, wo_ptr, w1_ptr, w3_ptr, w2_ptr, N_QKV, C, F, QD, T_QKV, T_ATT,
-                           T_WO, T_FFN, T_W2, BN_QKV, BN_WO, BN_FFN, BN_W2)
-            if t + n_programs < LAYERS * T_LAYER:
-                task_to_l2(t + n_programs, table_ptr, wqkv_ptr, wo_ptr, w1_ptr, w3_ptr, w2_ptr, N_QKV, C, F, QD,
-                           T_QKV, T_ATT, T_WO, T_FFN, T_W2, BN_QKV, BN_WO, BN_FFN, BN_W2)
         off = table_ptr + layer * 14
         cnt = count_ptr + layer * CR
         x_in = xs_ptr + layer * XR
@@ -201,7 +193,7 @@ def _decode_step_kernel(
                 tile, x_in, an_ptr + at(off, 10), wqkv_ptr + at(off, 0), sqkv_ptr + at(off, 5),
                 cos_ptr, sin_ptr, pos_ptr, qs_ptr + layer * QR, kc_ptr + at(off, 12), vc_ptr + at(off, 13),
                 N_QKV, C, QD, KVD, C, stride_ch, stride_cs, eps, HEAD_DIM, BN_QKV, BK_QKV, C % BK_QKV == 0, W_FP8,
-                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True, L2_AHEAD=OWN,
+                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
             )
         elif op == 1:
             if WAIT:
@@ -216,20 +208,20 @@ def _decode_step_kernel(
             linear_residual_tile(
                 tile, att_ptr + layer * QR, wo_ptr + at(off, 1), swo_ptr + at(off, 6), x_in,
                 hs_ptr + layer * XR, C, QD, QD, BN_WO, BK_WO, QD % BK_WO == 0, W_FP8,
-                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True, L2_AHEAD=OWN,
+                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
             )
         elif op == 3:
             swiglu_tile(
                 tile, hs_ptr + layer * XR, fn_ptr + at(off, 11), w1_ptr + at(off, 2),
                 w3_ptr + at(off, 3), s1_ptr + at(off, 7), s3_ptr + at(off, 8), fs_ptr + layer * FR,
                 F, C, C, eps, BN_FFN, BK_FFN, C % BK_FFN == 0, W_FP8,
-                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True, L2_AHEAD=OWN,
+                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
             )
         else:
             linear_residual_tile(
                 tile, fs_ptr + layer * FR, w2_ptr + at(off, 4), s2_ptr + at(off, 9), hs_ptr + layer * XR,
                 xs_ptr + (layer + 1) * XR, C, F, F, BN_W2, BK_W2, F % BK_W2 == 0, W_FP8,
-                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=True, L2_AHEAD=OWN,
+                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
             )
         pending += 1
         pending_op = dep + 1

@@ -26,31 +26,32 @@ class StepConfig:
     num_warps: int
     programs_per_sm: int
     max_registers: int | None = None  # per thread (ptxas maxnreg): caps the kernel so more programs fit an SM
-    l2_ahead: int = 0  # L2 prefetch of whole tasks' weight rows: 1 each task's own at its start, 2 the next one's
+    stages: int = 1  # 1: tiles loaded one ahead into registers; n > 1: copied n - 1 ahead to shared memory
 
 
-# (C, F, bytes per weight) -> launch. H100, Llama-2-7B (scripts/results/persistent/tune_7b_*_v5.json): the best of
-# 7 launches each, 5.28 ms/token in bf16 and 3.21 in FP8 E5M2, against 4.74 and 2.84 for the per-op graph. A
-# program keeps one tile in flight while it multiplies the one before, so wo and w2 take 16 KB tiles in bf16 and
-# 32 KB in FP8 (their 8 KB ones ran at 59% and 76% of the copy bandwidth in bf16, `bench timeline`).
+# (C, F, bytes per weight) -> launch. H100, Llama-2-7B (scripts/results/persistent/tune_7b_*_v7.json): the best of
+# 8 launches each, 5.24 ms/token in bf16 and 3.23 in FP8 E5M2, against 4.74 and 2.84 for the per-op graph. wo and
+# w2 take 16 KB tiles in bf16 and 32 KB in FP8 (8 KB ones ran at 59% and 76% of the copy bandwidth in bf16, `bench
+# timeline`); tiles staged in shared memory beyond the first: bf16 5.28 -> 5.24 at 3 stages, FP8 equal at 2 with
+# no spills (one tile ahead in registers took 64 KB tiles to match, and spilled).
 CONFIGS: dict[tuple[int, int, int], StepConfig] = {
     (4096, 11008, 2): StepConfig((8, 1024), (4, 2048), (4, 1024), (4, 2048), num_warps=4, programs_per_sm=3,
-                                 max_registers=168),
-    (4096, 11008, 1): StepConfig((8, 2048), (4, 8192), (4, 2048), (4, 8192), num_warps=4, programs_per_sm=3,
-                                 max_registers=168),
+                                 max_registers=168, stages=3),
+    (4096, 11008, 1): StepConfig((8, 2048), (4, 4096), (4, 2048), (4, 4096), num_warps=4, programs_per_sm=3,
+                                 max_registers=168, stages=2),
 }
 
 
 def step_config(table: dict, c: int, f: int, nbytes: int) -> StepConfig:
-    """The committed launch for a shape, else the 7B bf16 one's layout: 4 warps, 3 programs per SM at 168
-    registers, tiles of 2 KB of each of 8 (qkv) or 4 rows (gate and up), 4 KB of each of 4 rows (wo, w2)."""
+    """The committed launch for a shape, else the 7B ones' layout: 4 warps, 3 programs per SM at 168 registers,
+    tiles of 2 KB of each of 8 (qkv) or 4 rows (gate and up), 4 KB of each of 4 rows (wo, w2), staged as at 7B."""
     if (c, f, nbytes) in table:
         return table[(c, f, nbytes)]
     if INTERPRET:  # one program, few large tiles
         return StepConfig((64, 128), (64, 128), (64, 128), (64, 128), 4, 1)
     bk = min(2048 // nbytes, next_pow2(max(c, 16)))
     wide = min(2 * bk, next_pow2(max(c, 16)))
-    return StepConfig((8, bk), (4, wide), (4, bk), (4, wide), 4, 3, 168)
+    return StepConfig((8, bk), (4, wide), (4, bk), (4, wide), 4, 3, 168, stages=3 if nbytes > 1 else 2)
 
 
 def op_tasks(n_qkv: int, c: int, f: int, kvh: int, n_splits: int, cfg: StepConfig) -> tuple[int, ...]:

@@ -9,9 +9,8 @@ statistic sum(x^2) is accumulated in the same loop and applied to the finished r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import functools
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -20,8 +19,9 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from llamafast.config import Weight, WeightFormat
 
-from ._common import INTERPRET, decode_weights, next_pow2, prefetch_l2, w_fp8
+from ._common import INTERPRET, next_pow2, w_fp8
 from .counters import wait_count
+from .gemv_tiles import activation, load_tile, pair_tiles, row_scaled
 
 
 @triton.jit
@@ -35,17 +35,16 @@ def dot_rows(
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (use_pdl): see _first_tile
     wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT: x is ready once *wait_ptr >= wait_target (counters.py)
     WAIT: tl.constexpr = False,  # with PREFETCH only: the persistent kernel's path
-    PREFETCH: tl.constexpr = False,  # load each weight tile one step ahead of its multiply (_prefetched)
-    L2_AHEAD: tl.constexpr = False,  # ask L2 for all of the rows first (rows_to_l2; GPU only)
+    PREFETCH: tl.constexpr = 0,  # 1: each weight tile loaded one step ahead (_prefetched); n > 1: _staged
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
-    tl.static_assert(PREFETCH or not WAIT, "WAIT is the persistent kernel's, which prefetches")
+    tl.static_assert(PREFETCH > 0 or not WAIT, "WAIT is the persistent kernel's, which prefetches")
     offs = rows[:, None].to(tl.int64) * stride_wn
-    if L2_AHEAD:
-        rows_to_l2(w_ptr + offs, row_mask, K, BLOCK_N)
-        if PAIR:
-            rows_to_l2(w2_ptr + offs, row_mask, K, BLOCK_N)
-    if PREFETCH:
+    if PREFETCH > 1:
+        return _staged(w_ptr + offs, w2_ptr + offs, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
+                       BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS, wait_ptr, wait_target, watchdog_ptr,
+                       WAIT, PREFETCH)
+    if PREFETCH == 1:
         return _prefetched(w_ptr + offs, w2_ptr + offs, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
                            BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS, wait_ptr, wait_target, watchdog_ptr,
                            WAIT)
@@ -56,18 +55,18 @@ def dot_rows(
     if PDL:
         k = tl.arange(0, BLOCK_K)
         w, w2 = _first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR)
-        x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
+        x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
         acc += w * x[None, :]
         if PAIR:
             acc2 += w2 * x[None, :]
         start = BLOCK_K
     for k0 in range(start, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
-        x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
-        acc += _load_tile(w_ptr + offs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :]
+        x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
+        acc += load_tile(w_ptr + offs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :]
         if PAIR:
-            acc2 += _load_tile(w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :]
-    out, out2 = _row_scaled(tl.sum(acc, axis=1), tl.sum(acc2, axis=1), s_ptr, s2_ptr, rows, row_mask, PAIR, W_FP8)
+            acc2 += load_tile(w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :]
+    out, out2 = row_scaled(tl.sum(acc, axis=1), tl.sum(acc2, axis=1), s_ptr, s2_ptr, rows, row_mask, PAIR, W_FP8)
     return out, out2, tl.sum(ss, axis=0)
 
 
@@ -80,10 +79,7 @@ def _prefetched(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr,
     issued one step ahead of its multiply and kept as stored (bf16 or int8) until then, and each tile's products
     are summed to its rows at once, so a program holds (BLOCK_N,) sums instead of (BLOCK_N, BLOCK_K) fp32 tiles.
     The first tile is read before the wait for x (weights are never written while decoding)."""
-    w = _load_tile(row_ptrs, tl.arange(0, BLOCK_K), K, row_mask, EVEN_K, W_FP8)
-    w2 = w
-    if PAIR:
-        w2 = _load_tile(row_ptrs2, tl.arange(0, BLOCK_K), K, row_mask, EVEN_K, W_FP8)
+    w, w2 = pair_tiles(row_ptrs, row_ptrs2, tl.arange(0, BLOCK_K), K, row_mask, EVEN_K, W_FP8, PAIR)
     if WAIT:
         wait_count(wait_ptr, wait_target, watchdog_ptr)
     out = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -92,58 +88,43 @@ def _prefetched(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr,
     last = (K - 1) // BLOCK_K * BLOCK_K
     for k0 in range(0, last, BLOCK_K):
         k_next = k0 + BLOCK_K + tl.arange(0, BLOCK_K)
-        w_next = _load_tile(row_ptrs, k_next, K, row_mask, EVEN_K, W_FP8)
-        w2_next = w_next
-        if PAIR:
-            w2_next = _load_tile(row_ptrs2, k_next, K, row_mask, EVEN_K, W_FP8)
-        x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
+        w_next, w2_next = pair_tiles(row_ptrs, row_ptrs2, k_next, K, row_mask, EVEN_K, W_FP8, PAIR)
+        x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
         out += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         if PAIR:
             out2 += tl.sum(w2.to(tl.float32) * x[None, :], axis=1)
         w, w2 = w_next, w2_next
-    x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, last + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
+    x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, last + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
     out += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
     if PAIR:
         out2 += tl.sum(w2.to(tl.float32) * x[None, :], axis=1)
-    out, out2 = _row_scaled(out, out2, s_ptr, s2_ptr, rows, row_mask, PAIR, W_FP8)
+    out, out2 = row_scaled(out, out2, s_ptr, s2_ptr, rows, row_mask, PAIR, W_FP8)
     return out, out2, tl.sum(ss, axis=0)
 
 
 @triton.jit
-def rows_to_l2(row_ptrs, row_mask, K, BLOCK_N: tl.constexpr):
-    """Bulk L2 prefetches of whole weight rows, before the first tile or any wait: a program's weights are all
-    requested at once instead of one tile at a time, and the next op's stream through a wait. Each row is split
-    into pieces so that the program's threads share the requests."""
-    PIECES: tl.constexpr = max(128 // BLOCK_N, 1)
-    row_bytes = K * (row_ptrs.dtype.element_ty.primitive_bitwidth // 8)
-    piece = (row_bytes + 16 * PIECES - 1) // (16 * PIECES) * 16
-    row = row_ptrs.to(tl.int64)
-    start = row + tl.arange(0, PIECES)[None, :] * piece
-    end = (tl.minimum(start + piece, row + row_bytes) + 15) // 16 * 16  # within the allocation's 16-byte granule
-    start = start // 16 * 16
-    prefetch_l2(start, tl.where(row_mask[:, None] & (end > start), end - start, 0).to(tl.int32))
-
-
-@triton.jit
-def _row_scaled(out, out2, s_ptr, s2_ptr, rows, row_mask, PAIR: tl.constexpr, W_FP8: tl.constexpr):
-    """The finished row sums times E4M3 weights' per-row scales (applied once, since they are per row)."""
-    if W_FP8 == 2:
-        out = out * tl.load(s_ptr + rows, mask=row_mask, other=0.0)
+def _staged(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
+            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
+            EVEN_K: tl.constexpr, W_FP8: tl.constexpr, PARTS: tl.constexpr, wait_ptr, wait_target, watchdog_ptr,
+            WAIT: tl.constexpr, STAGES: tl.constexpr):
+    """dot_rows for a persistent kernel, its tiles after the first copied to shared memory STAGES - 1 ahead of
+    their multiply (cp.async, Triton's software pipeline), so a program has more bytes in flight than registers
+    hold; the first tile is read into registers before the wait for x, as in _prefetched."""
+    k = tl.arange(0, BLOCK_K)
+    w, w2 = pair_tiles(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K, W_FP8, PAIR)
+    if WAIT:
+        wait_count(wait_ptr, wait_target, watchdog_ptr)
+    x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, tl.zeros((BLOCK_K,), dtype=tl.float32), k, K, NORM, EVEN_K, PARTS)
+    out = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+    out2 = tl.sum(w2.to(tl.float32) * x[None, :], axis=1)
+    for k0 in tl.range(BLOCK_K, K, BLOCK_K, num_stages=STAGES):
+        k = k0 + tl.arange(0, BLOCK_K)
+        x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
+        out += tl.sum(load_tile(row_ptrs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :], axis=1)
         if PAIR:
-            out2 = out2 * tl.load(s2_ptr + rows, mask=row_mask, other=0.0)
-    return out, out2
-
-
-@triton.jit
-def _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM: tl.constexpr, EVEN_K: tl.constexpr, PARTS: tl.constexpr):
-    """The K-slice k of the input (plus the ranks' partials), RMSNorm-weighted when NORM; ss gains its squares."""
-    x = _load_vector(x_ptr, k, K, EVEN_K)
-    if PARTS > 0:
-        x = _add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K, PARTS)
-    if NORM:
-        ss += x * x
-        x = x * _load_vector(g_ptr, k, K, EVEN_K)
-    return x, ss
+            out2 += tl.sum(load_tile(row_ptrs2, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :], axis=1)
+    out, out2 = row_scaled(out, out2, s_ptr, s2_ptr, rows, row_mask, PAIR, W_FP8)
+    return out, out2, tl.sum(ss, axis=0)
 
 
 @triton.jit
@@ -155,43 +136,12 @@ def _first_tile(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8
     or writing anything; the experiment that measured PDL slower (scripts/experiments/pdl_ab.txt: 199.1 against
     202.7 tok/s, bf16) waited first and loaded after."""
     gdc_launch_dependents()
-    w = _load_tile(row_ptrs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32)
+    w = load_tile(row_ptrs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32)
     w2 = w
     if PAIR:
-        w2 = _load_tile(row_ptrs2, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32)
+        w2 = load_tile(row_ptrs2, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32)
     gdc_wait()
     return w, w2
-
-
-@triton.jit
-def _add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K: tl.constexpr, PARTS: tl.constexpr):
-    """x + the ranks' partial sums (PARTS rows of K fp32, added in rank order, so every rank gets the same bits),
-    rounded to the residual stream's dtype as the one-GPU linear_residual rounds it; program 0 stores it."""
-    for r in tl.static_range(PARTS):
-        x += _load_vector(p_ptr + r * K, k, K, EVEN_K)
-    x = x.to(xo_ptr.dtype.element_ty)
-    tl.store(xo_ptr + k, x, mask=(k < K) & (tl.program_id(0) == 0))
-    return x.to(tl.float32)
-
-
-@triton.jit
-def _load_vector(ptr, k, K, EVEN_K: tl.constexpr):
-    """A K-slice of a small vector that every program reads: keep it in cache."""
-    if EVEN_K:
-        return tl.load(ptr + k, eviction_policy="evict_last").to(tl.float32)
-    return tl.load(ptr + k, mask=k < K, other=0.0, eviction_policy="evict_last").to(tl.float32)
-
-
-@triton.jit
-def _load_tile(row_ptrs, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8: tl.constexpr):
-    """A (BLOCK_N, BLOCK_K) weight tile as stored, read once: stream it past the cache. FP8 weights arrive as int8
-    and are bitcast; the caller upcasts them where it multiplies."""
-    if EVEN_K:  # no mask along K, so the loads stay 16 bytes wide
-        w = tl.load(row_ptrs + k[None, :], mask=row_mask[:, None], other=0, eviction_policy="evict_first")
-    else:
-        mask = row_mask[:, None] & (k < K)[None, :]
-        w = tl.load(row_ptrs + k[None, :], mask=mask, other=0, eviction_policy="evict_first")
-    return decode_weights(w, W_FP8)
 
 
 @dataclass(frozen=True)
@@ -224,13 +174,8 @@ def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: boo
     }
     if pdl:
         on = use_pdl(w.data.device, w.fmt)
-        args.update(PDL=on, launch_pdl=on, L2_AHEAD=use_l2_ahead(w.data.device, w.fmt))
+        args.update(PDL=on, launch_pdl=on)
     return args
-
-
-def use_l2_ahead(device: torch.device, fmt: WeightFormat) -> bool:
-    """Each dense decode GEMV program asks L2 for all of its weight rows before its first tile (rows_to_l2)."""
-    return _pdl_capable(device)
 
 
 def use_pdl(device: torch.device, fmt: WeightFormat) -> bool:

@@ -43,14 +43,13 @@ def _rmsnorm_qkv_rope_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
-    L2_AHEAD: tl.constexpr = False,  # gemv.use_l2_ahead
 ):
     if PARTS > 0:
         wait_arrivals(f_ptr, PARTS)
     qkv_rope_tile(
         tl.program_id(0), x_ptr, g_ptr, w_ptr, s_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
         N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps, HEAD_DIM, BLOCK_N, BLOCK_K, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL, L2_AHEAD=L2_AHEAD,
+        p_ptr, xo_ptr, PARTS, PDL,
     )
     if PARTS > 0:
         release_slot(f_ptr)
@@ -63,7 +62,7 @@ def qkv_rope_tile(
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0, PDL: tl.constexpr = False,
     wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
-    PREFETCH: tl.constexpr = False, L2_AHEAD: tl.constexpr = False,
+    PREFETCH: tl.constexpr = 0,
 ):
     """Rows tile * BLOCK_N ... of the kernel's output: q rows, or k and v rows stored into the caches."""
     rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -71,7 +70,7 @@ def qkv_rope_tile(
     acc, _, ss = dot_rows(
         w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
         p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT,
-        PREFETCH, L2_AHEAD,
+        PREFETCH,
     )
     acc = acc * tl.rsqrt(ss / C + eps)
     # RoPE on (even, odd) row pairs of q and k; v rows pass through.

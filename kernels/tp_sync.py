@@ -6,7 +6,7 @@ every rank. Here the projection that makes it (push_linear, or the LM head with 
 into each peer's buffer over NVLink (C x 4 bytes per peer per sync), and the program that finishes last on a
 rank raises a flag on every rank. The consumer, rmsnorm_qkv_rope / rmsnorm_swiglu / rmsnorm_lm_head given a
 SummedInput, waits for N flags, sums residual + the N partials in rank order while streaming its weights
-(gemv._add_parts), stores that sum for the next residual, and its last program resets the flag in the graph.
+(gemv_tiles.add_parts), stores that sum for the next residual, and its last program resets the flag in the graph.
 Pushing rather than pulling: every consumer program needs the whole input vector, so pulling it from the peers
 would cross NVLink once per program (hundreds of times per sync) instead of once.
 

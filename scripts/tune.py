@@ -319,12 +319,12 @@ def first_use(a) -> None:
 
 
 # -- persistent: the one-kernel decode step ---------------------------------------------------------------------
-# (warps, programs per SM, registers, StepConfig.l2_ahead, (block_n, bf16 block_k) of qkv, wo, ffn, w2; FP8 tiles
+# (warps, programs per SM, registers, StepConfig.stages, (block_n, bf16 block_k) of qkv, wo, ffn, w2; FP8 tiles
 # as many bytes); programs per SM that the registers do not allow are cut at launch (docs/design.md).
-_QKV, _FFN, _WIDE, _NARROW = (8, 1024), (4, 1024), (4, 2048), (4, 1024)
-PERSISTENT_GRID = ([(4, 3, 168, l2, _QKV, _WIDE, _FFN, _WIDE) for l2 in (0, 1, 2)]
-                   + [(4, n, r, 2, _QKV, _NARROW, _FFN, _NARROW) for n, r in [(3, 168), (4, 128)]]
-                   + [(4, 3, 168, 1, _QKV, _NARROW, _FFN, _NARROW), (4, 2, None, 2, _QKV, _WIDE, _FFN, _WIDE)])
+_QKV, _FFN, _WIDE = (8, 1024), (4, 1024), (4, 2048)
+PERSISTENT_GRID = ([(4, 3, 168, n, _QKV, _WIDE, _FFN, _WIDE) for n in (1, 2, 3)]
+                   + [(4, 3, 168, n, (8, 512), (4, 1024), (4, 512), (4, 1024)) for n in (3, 4)]
+                   + [(4, 3, 168, 1, _QKV, (4, 4096), _FFN, (4, 4096)), (4, 2, None, 4, _QKV, _WIDE, _FFN, _WIDE)])
 
 
 def persistent(a) -> None:
@@ -340,8 +340,8 @@ def persistent(a) -> None:
     want = _decode_logits(per_op, tokens)
     rows = [{"variant": "per-op", "ms_per_token": step_ms(per_op, a.steps)}]
     print(f"{a.shape} {a.fp8 or 'bf16'}: per-op graph {rows[0]['ms_per_token']:.4f} ms/token", flush=True)
-    for warps, per_sm, regs, l2, *tiles in PERSISTENT_GRID:
-        cfg = StepConfig(*[(bn, bk * (2 // nbytes)) for bn, bk in tiles], warps, per_sm, regs, l2)  # FP8: same bytes
+    for warps, per_sm, regs, stages, *tiles in PERSISTENT_GRID:
+        cfg = StepConfig(*[(bn, bk * (2 // nbytes)) for bn, bk in tiles], warps, per_sm, regs, stages)  # FP8: same bytes
         model = with_backend(per_op, Backend.persistent)
         model.backend.launches["decode_step"][key] = cfg
         try:

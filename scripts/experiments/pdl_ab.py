@@ -1,6 +1,6 @@
-"""The PDL and L2-prefetch decisions, timed in one process: Llama-2-7B random weights, bf16 and their FP8 E5M2 copy,
-each decoded with the dense decode GEMVs under every pairing of programmatic dependent launch and each program's
-L2 prefetch of its weight rows, alternated twice (this replaces gemv.use_pdl and gemv.use_l2_ahead).
+"""The PDL decision, timed in one process: Llama-2-7B random weights, bf16 and their FP8 E5M2 copy, each decoded
+with the dense decode GEMVs under programmatic dependent launch and without, alternated twice (kernels/gemv.py
+launches PDL for float weights only; this turns it on and off for either format by replacing gemv.use_pdl).
 
     PYTHONPATH=. python scripts/experiments/pdl_ab.py
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import torch
 
+from llamafast.measure.common import copy_bandwidth, random_prompt
 from llamafast.bench.decode import bench_backend
 from llamafast.config import Backend
 from llamafast.kernels import gemv
 from llamafast.load import quantized, random_model
-from llamafast.measure.common import copy_bandwidth, random_prompt
 from llamafast.quant import FP8Format
 
 
@@ -27,12 +27,11 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name(device)}; copy bandwidth {bw:.0f} GB/s; 16 + 256 tokens")
     for lm in models:
         for rep in (1, 2):
-            for pdl, l2 in ((True, False), (False, False), (True, True), (False, True)):
+            for pdl in (True, False):
                 gemv.use_pdl = lambda d, fmt, on=pdl: on and capable
-                gemv.use_l2_ahead = lambda d, fmt, on=l2: on and capable
                 r = bench_backend(lm, Backend.triton, prompt, 256)
-                print(f"{lm.weights:9} run {rep} PDL {'on ' if pdl else 'off'} L2 {'on ' if l2 else 'off'}: "
-                      f"{r.decode_tokens_per_s:.1f} tok/s, {100 * r.achieved_gb_s / bw:.1f}% of copy BW", flush=True)
+                print(f"{lm.weights:9} run {rep} PDL {'on ' if pdl else 'off'}: {r.decode_tokens_per_s:.1f} tok/s, "
+                      f"{100 * r.achieved_gb_s / bw:.1f}% of copy BW", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ import random
 
 import pytest
 import torch
+from llamafast.kernels.decode_step_plan import OPS, StepConfig, op_tasks, program_tasks
 
 from llamafast.backends import build
 from llamafast.config import MODEL_CONFIGS, Backend, FP8Format, WeightFormat
-from llamafast.kernels.decode_step_plan import OPS, StepConfig, op_tasks, program_tasks
 from llamafast.load.weights import quantize_state, random_state
 
 from .common import DEVICE, ODD, ON_GPU
@@ -116,6 +116,16 @@ def test_logits_match_reference(config, dtype, fp8):
     ref, fused = _twins(dataclasses.replace(config, n_layers=2), dtype, fp8)
     errors = _step_errors(ref, fused, steps=3 if not ON_GPU else 16)
     assert max(errors) < BOUNDS[dtype], errors
+
+
+@pytest.mark.parametrize("stages", [1, 3])
+def test_tiles_loaded_ahead_or_staged_match_reference(stages):
+    """Both ways of loading tiles ahead (registers; shared memory, several tiles per row and a ragged last one)."""
+    ref, fused = _twins(dataclasses.replace(ODD, n_layers=2), torch.float16, None)
+    cfg = StepConfig((8, 32), (4, 32), (4, 64), (4, 64), 4, 1, stages=stages)
+    fused.backend.launches["decode_step"][(ODD.dim, ODD.hidden_dim, 2)] = cfg
+    errors = _step_errors(ref, fused, steps=3)
+    assert fused._decode_step[1].cfg == cfg and max(errors) < BOUNDS[torch.float16], errors
 
 
 def _layers(name: str, n: int):
