@@ -1,14 +1,13 @@
 """Device-side completion counters for kernels whose programs wait on each other (decode_step.py).
 
-An op's counter is SLOTS words, each on its own 128-byte line: a producer program stores its results, then adds
-the tasks it finished to its own slot (program id mod SLOTS) with release semantics; a consumer spins on acquire
-loads of every slot until they sum to the op's task count, so every store made before the producers' releases is
-visible to it (the barrier after the loop hands that on to the other warps). A hop costs more the more programs
-report to it: 3.15 µs with 396 programs, 1.39 with 132, against 1.1-1.3 µs per empty kernel in a CUDA graph
-(H100, scripts/experiments/barrier_latency.txt); splitting the counter over words (slots) does not remove it. A consumer that
-spins past MAX_SPINS raises the watchdog word and goes on, and so does every wait once the word is up (it is
-loaded beside the counter, in the same round trip): a wrong counter gives wrong numbers and a clear error on the
-host (DecodeStep.check_watchdog), never a frozen GPU.
+A producer program stores its results, then adds the tasks it finished to its op's counter with release semantics;
+a consumer spins on acquire loads of the counter until it reaches the op's task count, so every store made before
+the producers' releases is visible to it (the barrier after the loop hands that on to the other warps). A hop
+costs more the more programs report to it: 3.15 µs with 396 programs, 1.39 with 132, against 1.1-1.3 µs per
+empty kernel replayed from a CUDA graph; splitting the counter over 2-16 words did not remove it (H100,
+scripts/experiments/barrier_latency.txt). A consumer that spins past MAX_SPINS raises the watchdog word and goes
+on, and so does every wait once the word is up (it is loaded beside the counter, in the same round trip): a wrong
+counter gives wrong numbers and a clear error on the host (DecodeStep.check_watchdog), never a frozen GPU.
 """
 
 from __future__ import annotations
@@ -16,36 +15,28 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Volatile loads of one L2 line before the watchdog gives up: one load takes about 1 us from L2, so this is
-# seconds, while the longest wait of a decode step (a 70B layer's FFN) is about 0.2 ms.
+# Polls of the counter before the watchdog gives up: one takes about 1 us from L2, so this is seconds, while the
+# longest wait of a decode step (a 70B layer's FFN) is about 0.2 ms.
 MAX_SPINS = tl.constexpr(1 << 22)
-SLOT_STRIDE = tl.constexpr(32)  # int32 words from one slot of a counter to the next: a 128-byte line each
 
 
 @triton.jit
 def _load_acquire(ptr):
+    """Triton's loads have no acquire; an acquire atomic whose result is unused left no instruction in the PTX."""
     return tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptr], dtype=tl.int32,
                                      is_pure=False, pack=1)
 
 
 @triton.jit
-def _total(counter_ptr, SLOTS: tl.constexpr):
-    total = _load_acquire(counter_ptr)
-    for s in tl.static_range(1, SLOTS):
-        total += _load_acquire(counter_ptr + s * SLOT_STRIDE)
-    return total
-
-
-@triton.jit
-def wait_count(counter_ptr, target, watchdog_ptr, SLOTS: tl.constexpr = 1):
-    """Blocks until the SLOTS slots from counter_ptr sum to at least target (no-op for target <= 0)."""
+def wait_count(counter_ptr, target, watchdog_ptr):
+    """Blocks until *counter_ptr >= target (no-op for target <= 0)."""
     if target > 0:
         spins = 0
-        total = _total(counter_ptr, SLOTS)
+        count = _load_acquire(counter_ptr)
         up = tl.load(watchdog_ptr, volatile=True)
-        while (total < target) & (up == 0) & (spins < MAX_SPINS):
+        while (count < target) & (up == 0) & (spins < MAX_SPINS):
             spins += 1
-            total = _total(counter_ptr, SLOTS)
+            count = _load_acquire(counter_ptr)
             up = tl.load(watchdog_ptr, volatile=True)
         if spins >= MAX_SPINS:
             tl.atomic_xchg(watchdog_ptr, 1, sem="relaxed", scope="gpu")
@@ -53,9 +44,8 @@ def wait_count(counter_ptr, target, watchdog_ptr, SLOTS: tl.constexpr = 1):
 
 
 @triton.jit
-def report_done(counter_ptr, n, SLOTS: tl.constexpr = 1):
-    """n more of this op's tasks are stored by this program: added to its slot of the op's counter with one release
-    (its fence waits for the stores, so a program reports an op's tasks together, when it moves on)."""
+def report_done(counter_ptr, n):
+    """n more of this op's tasks are stored by this program: added to its counter with one release (its fence
+    waits for the stores, so a program reports an op's tasks together, when it moves on)."""
     tl.debug_barrier()  # every warp's stores made before the one thread that releases them
-    slot = tl.program_id(0) % SLOTS
-    tl.atomic_add(counter_ptr + slot * SLOT_STRIDE, n, sem="release", scope="gpu")
+    tl.atomic_add(counter_ptr, n, sem="release", scope="gpu")

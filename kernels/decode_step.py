@@ -25,7 +25,7 @@ import triton.language as tl
 from triton.language.extra.cuda import globaltimer
 
 from ._common import INTERPRET, cdiv, dot_dim, next_pow2, scale_arg, w_fp8
-from .counters import SLOT_STRIDE, report_done, wait_count
+from .counters import report_done, wait_count
 from .decode_attention import attention_config, attention_split
 from .decode_step_plan import (CONFIGS, OPS, LayerTensors, StepConfig, check_layers, offset_table, op_tasks,
                                row_elems, step_config)
@@ -68,7 +68,7 @@ class DecodeStep:
         self.part = torch.zeros(n * self.part_row, device=dev, dtype=torch.float32)
         self.lse = torch.zeros(n * self.lse_row, device=dev, dtype=torch.float32)
         self.counts_per_op = op_tasks(self.n_qkv, self.c, self.f, self.kvh, self.n_splits, self.cfg)
-        self.count_row = row_elems(len(OPS) * self.cfg.counter_slots * SLOT_STRIDE + self.kvh, torch.int32)
+        self.count_row = row_elems(len(OPS) + self.kvh, torch.int32)
         self.counts = torch.zeros(n * self.count_row, device=dev, dtype=torch.int32)
         self.watchdog = torch.zeros(1, device=dev, dtype=torch.int32)
         self.table = offset_table(layers).to(dev)
@@ -123,7 +123,7 @@ class DecodeStep:
             BK_FFN=cfg.ffn[1], BN_W2=cfg.w2[0], BK_W2=cfg.w2[1],
             BLOCK_G=dot_dim(self.h // self.kvh), BLOCK_D=dot_dim(self.d), BLOCK_S=self.block_s,
             SPLIT_LEN=self.split_len, FP32=self.xs.dtype == torch.float32, BLOCK_SPLITS=next_pow2(self.n_splits),
-            SEQUENTIAL=INTERPRET, SLOTS=cfg.counter_slots, STAGES=cfg.stages, num_warps=cfg.num_warps,
+            SEQUENTIAL=INTERPRET, STAGES=cfg.stages, num_warps=cfg.num_warps,
         )
         if cfg.max_registers and not INTERPRET:
             meta["maxnreg"] = cfg.max_registers
@@ -162,12 +162,10 @@ def _decode_step_kernel(
     BN_QKV: tl.constexpr, BK_QKV: tl.constexpr, BN_WO: tl.constexpr, BK_WO: tl.constexpr,
     BN_FFN: tl.constexpr, BK_FFN: tl.constexpr, BN_W2: tl.constexpr, BK_W2: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr,
-    FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SEQUENTIAL: tl.constexpr, SLOTS: tl.constexpr,
-    STAGES: tl.constexpr,
+    FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SEQUENTIAL: tl.constexpr, STAGES: tl.constexpr,
     STAMPS: tl.constexpr = False,
 ):
-    WAIT: tl.constexpr = 0 if SEQUENTIAL else SLOTS  # the counters' slots, or no waits
-    OP_WORDS: tl.constexpr = SLOTS * SLOT_STRIDE  # one op's counter
+    WAIT: tl.constexpr = not SEQUENTIAL
     T_LAYER: tl.constexpr = T_QKV + T_ATT + T_WO + T_FFN + T_W2
     known = tl.program_id(0) * 0 - 1  # the latest op (layer * OPS + op) this program has seen complete
     pending = known * 0  # tasks of op pending_op done but not yet counted (counted once per op: one release)
@@ -183,12 +181,12 @@ def _decode_step_kernel(
         if layer == 0:
             x_in = x_ptr
         dep = layer * 5 + op - 1  # the op this task's input comes from (OPS = 5)
-        dep_ptr = count_ptr + (tl.maximum(dep, 0) // 5) * CR + tl.maximum(dep, 0) % 5 * OP_WORDS
+        dep_ptr = count_ptr + (tl.maximum(dep, 0) // 5) * CR + tl.maximum(dep, 0) % 5
         target = tl.where(dep > known, n_dep, 0)
         known = tl.maximum(known, dep)  # (program_tasks mirrors this walk in Python)
         if WAIT:  # this program's finished tasks of its previous op, reported at once before any wait
             if (pending > 0) & (pending_op != dep + 1):
-                report_done(pending_ptr, pending, SLOTS)
+                report_done(pending_ptr, pending)
                 pending = 0
         if op == 0:
             qkv_rope_tile(
@@ -199,11 +197,11 @@ def _decode_step_kernel(
             )
         elif op == 1:
             if WAIT:
-                wait_count(dep_ptr, target, watchdog_ptr, SLOTS)
+                wait_count(dep_ptr, target, watchdog_ptr)
             attention_split(
                 tile // N_SPLITS, tile % N_SPLITS, qs_ptr + layer * QR, kc_ptr + at(off, 12),
                 vc_ptr + at(off, 13), pos_ptr, part_ptr + layer * PR, lse_ptr + layer * LR, stride_ch, stride_cs,
-                N_SPLITS, sm_scale, cnt + 5 * OP_WORDS, att_ptr + layer * QR, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S,
+                N_SPLITS, sm_scale, cnt + 5, att_ptr + layer * QR, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S,
                 SPLIT_LEN, FP32, BLOCK_SPLITS,
             )
         elif op == 2:
@@ -227,9 +225,9 @@ def _decode_step_kernel(
             )
         pending += 1
         pending_op = dep + 1
-        pending_ptr = cnt + op * OP_WORDS
+        pending_ptr = cnt + op
         if STAMPS:
             tl.store(stamp_ptr + 2 * t + 1, globaltimer())
     if WAIT:
         if pending > 0:
-            report_done(pending_ptr, pending, SLOTS)
+            report_done(pending_ptr, pending)

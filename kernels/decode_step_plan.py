@@ -27,7 +27,6 @@ class StepConfig:
     programs_per_sm: int
     max_registers: int | None = None  # per thread (ptxas maxnreg): caps the kernel so more programs fit an SM
     stages: int = 1  # 1: tiles loaded one ahead into registers; n > 1: copied n - 1 ahead to shared memory
-    counter_slots: int = 1  # words each op's completion counter is split over (counters.py)
 
 
 # (C, F, bytes per weight) -> launch. H100, Llama-2-7B (scripts/results/persistent/tune_7b_*_v7.json): the best of

@@ -33,8 +33,8 @@ def dot_rows(
     W_FP8: tl.constexpr,  # 0: float weights; 1: E5M2 bit patterns in int8; 2: E4M3 in int8 with fp32 row scales
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x is x + PARTS fp32 partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (use_pdl): see _first_tile
-    wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT: x is ready once wait_ptr's slots sum to wait_target
-    WAIT: tl.constexpr = 0,  # with PREFETCH only, the persistent kernel's path: the counter's slots (counters.py)
+    wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT: x is ready once *wait_ptr >= wait_target (counters.py)
+    WAIT: tl.constexpr = False,  # with PREFETCH only: the persistent kernel's path
     PREFETCH: tl.constexpr = 0,  # 1: each weight tile loaded one step ahead (_prefetched); n > 1: _staged
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
@@ -81,7 +81,7 @@ def _prefetched(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr,
     The first tile is read before the wait for x (weights are never written while decoding)."""
     w, w2 = pair_tiles(row_ptrs, row_ptrs2, tl.arange(0, BLOCK_K), K, row_mask, EVEN_K, W_FP8, PAIR)
     if WAIT:
-        wait_count(wait_ptr, wait_target, watchdog_ptr, WAIT)
+        wait_count(wait_ptr, wait_target, watchdog_ptr)
     out = tl.zeros((BLOCK_N,), dtype=tl.float32)
     out2 = tl.zeros((BLOCK_N,), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
@@ -113,7 +113,7 @@ def _staged(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, row
     k = tl.arange(0, BLOCK_K)
     w, w2 = pair_tiles(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K, W_FP8, PAIR)
     if WAIT:
-        wait_count(wait_ptr, wait_target, watchdog_ptr, WAIT)
+        wait_count(wait_ptr, wait_target, watchdog_ptr)
     x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, tl.zeros((BLOCK_K,), dtype=tl.float32), k, K, NORM, EVEN_K, PARTS)
     out = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
     out2 = tl.sum(w2.to(tl.float32) * x[None, :], axis=1)

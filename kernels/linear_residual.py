@@ -48,7 +48,7 @@ def _linear_residual_kernel(
 def linear_residual_tile(
     tile, x_ptr, w_ptr, s_ptr, res_ptr, out_ptr, N, K, stride_wn,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, PDL: tl.constexpr = False,
-    wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = 0,  # decode_step.py
+    wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
     PREFETCH: tl.constexpr = 0,
 ):
     """Output rows tile * BLOCK_N ... ."""

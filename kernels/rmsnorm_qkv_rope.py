@@ -61,7 +61,7 @@ def qkv_rope_tile(
     N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0, PDL: tl.constexpr = False,
-    wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = 0,  # decode_step.py
+    wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
     PREFETCH: tl.constexpr = 0,
 ):
     """Rows tile * BLOCK_N ... of the kernel's output: q rows, or k and v rows stored into the caches."""

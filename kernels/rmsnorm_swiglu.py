@@ -52,7 +52,7 @@ def swiglu_tile(
     tile, x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, stride_wn, eps,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0, PDL: tl.constexpr = False,
-    wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = 0,  # decode_step.py
+    wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
     PREFETCH: tl.constexpr = 0,
 ):
     """Output rows (neurons) tile * BLOCK_N ... ."""

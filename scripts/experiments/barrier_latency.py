@@ -4,11 +4,12 @@ from a CUDA graph. A decode step of L layers takes 5 L such hops (5 ops a layer)
 
     PYTHONPATH=. python scripts/experiments/barrier_latency.py
 
-barrier: every program reports each round to its slot of the round's counter (SLOTS words, a 128-byte line
-each), then waits for all of them, as each op of the step waits on every tile of the one before; polls are acquire
-loads (counters.wait_count), or volatile loads of one word with no acquire ("volatile", the kernel's first
-counters). one producer: one program reports each round, every program waits for it (a release seen by spinning
-programs). Per round: the launch with 2R rounds less the launch with R, over R.
+barrier: every program reports each round, then waits for all of them, as each op of the step waits on every
+tile of the one before; polls are acquire loads (counters.wait_count), or volatile loads with no acquire
+("volatile", the kernel's first counters). one producer: one program reports each round, every program waits for
+it (a release seen by spinning programs). Per round: the launch with 2R rounds less the launch with R, over R.
+barrier_latency.txt's "N slots" columns come from this script at b1b9f7f, whose counters split each op's counter
+over N words, a 128-byte line each, and each program added to word (program id mod N).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.kernels.counters import SLOT_STRIDE, report_done, wait_count
+from llamafast.kernels.counters import report_done, wait_count
 
 ROUNDS = 150  # SmolLM2-135M's hops per step: 30 layers x 5 ops
-WORDS = 16 * 32  # int32 words per round's counter: room for 16 slots of a 128-byte line
+WORDS = 32  # int32 words per round's counter: a 128-byte line each
 
 
 @triton.jit
@@ -31,21 +32,21 @@ def _wait_volatile(counter_ptr, target):
 
 
 @triton.jit
-def _rounds(count_ptr, watchdog_ptr, n_programs, ROUNDS: tl.constexpr, WORDS: tl.constexpr, SLOTS: tl.constexpr,
-            ALL: tl.constexpr, VOLATILE: tl.constexpr):
+def _rounds(count_ptr, watchdog_ptr, n_programs, ROUNDS: tl.constexpr, WORDS: tl.constexpr, ALL: tl.constexpr,
+            VOLATILE: tl.constexpr):
     pid = tl.program_id(0)
     for r in range(ROUNDS):
         counter = count_ptr + r * WORDS
         if ALL:
-            report_done(counter, 1, SLOTS)
+            report_done(counter, 1)
             if VOLATILE:
                 _wait_volatile(counter, n_programs)
             else:
-                wait_count(counter, n_programs, watchdog_ptr, SLOTS)
+                wait_count(counter, n_programs, watchdog_ptr)
         else:
             if pid == r % n_programs:
-                report_done(counter, 1, SLOTS)
-            wait_count(counter, 1, watchdog_ptr, SLOTS)
+                report_done(counter, 1)
+            wait_count(counter, 1, watchdog_ptr)
 
 
 @triton.jit
@@ -65,14 +66,14 @@ def _ms(fn, reps: int = 50) -> float:
     return start.elapsed_time(end) / reps
 
 
-def hop_us(n_programs: int, all_report: bool, slots: int = 1, volatile: bool = False) -> float:
+def hop_us(n_programs: int, all_report: bool, volatile: bool = False) -> float:
     counts = torch.zeros(2 * ROUNDS * WORDS, dtype=torch.int32, device="cuda")
     watchdog = torch.zeros(1, dtype=torch.int32, device="cuda")
 
     def launch(rounds: int):
         counts.zero_()
-        _rounds[(n_programs,)](counts, watchdog, n_programs, ROUNDS=rounds, WORDS=WORDS, SLOTS=slots,
-                               ALL=all_report, VOLATILE=volatile, num_warps=4)
+        _rounds[(n_programs,)](counts, watchdog, n_programs, ROUNDS=rounds, WORDS=WORDS, ALL=all_report,
+                               VOLATILE=volatile, num_warps=4)
 
     t1, t2 = _ms(lambda: launch(ROUNDS)), _ms(lambda: launch(2 * ROUNDS))
     assert not watchdog.item(), "a wait timed out"
@@ -94,14 +95,13 @@ def graph_kernel_us(n_programs: int) -> float:
 
 
 def main() -> None:
-    assert 16 * SLOT_STRIDE <= WORDS
     props = torch.cuda.get_device_properties(0)
     sms = props.multi_processor_count
     print(f"{props.name}; {sms} SMs; µs per round, {ROUNDS} and {2 * ROUNDS} rounds a launch, mean of 50 launches")
     for per_sm in (1, 2, 3):
         n = sms * per_sm
-        slots = ", ".join(f"{s} slots {hop_us(n, True, s):.2f}" for s in (1, 2, 4, 8, 16))
-        print(f"{n:4} programs ({per_sm}/SM): barrier: volatile {hop_us(n, True, volatile=True):.2f}, {slots}; "
+        print(f"{n:4} programs ({per_sm}/SM): barrier: volatile {hop_us(n, True, volatile=True):.2f}, "
+              f"acquire {hop_us(n, True):.2f}; "
               f"one producer {hop_us(n, False):.2f}; graphed empty kernels {graph_kernel_us(n):.2f}", flush=True)
 
 
