@@ -34,6 +34,9 @@ def dot_rows(
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (use_pdl): see _pdl_first_tile
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
+    if W_FP8 >= 3:  # the block formats: their own loop, so the float and FP8 loop below is compiled as it was
+        return _dot_blocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K, stride_wn,
+                           BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS)
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # reduced once, after the loop
     acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
@@ -59,6 +62,65 @@ def dot_rows(
         if PAIR:
             out2 = out2 * tl.load(s2_ptr + rows, mask=row_mask, other=0.0)
     return out, out2, tl.sum(ss, axis=0)
+
+
+@triton.jit
+def _dot_blocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K, stride_wn,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
+                EVEN_K: tl.constexpr, FMT: tl.constexpr, PARTS: tl.constexpr):
+    """dot_rows for blocks of 32 weights with fp16 scales (BLOCK_K a multiple of 32). Q8_0 reads (BLOCK_N, BLOCK_K)
+    int8 tiles. A Q4 tile is (BLOCK_N, BLOCK_K / 2) bytes as stored: byte j of block b holds weights b*32 + j (low
+    nibble) and b*32 + 16 + j (high), so the loop loads x at those two index sets instead of reordering weights."""
+    offs = rows[:, None].to(tl.int64) * stride_wn
+    if FMT == 3:
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        soffs = rows[:, None].to(tl.int64) * (K // 32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            x, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
+            acc += _load_q8(w_ptr + offs, s_ptr + soffs, k, K, row_mask, EVEN_K) * x[None, :]
+            if PAIR:
+                acc2 += _load_q8(w2_ptr + offs, s2_ptr + soffs, k, K, row_mask, EVEN_K) * x[None, :]
+    else:
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 2), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK_N, BLOCK_K // 2), dtype=tl.float32)
+        ss = tl.zeros((BLOCK_K // 2,), dtype=tl.float32)
+        c = tl.arange(0, BLOCK_K // 2)  # byte within the tile
+        low = (c // 16) * 32 + c % 16  # the weight its low nibble holds
+        soffs = rows[:, None].to(tl.int64) * (K // 32 * (FMT - 3))  # Q4_1: (scale, min) pairs
+        for k0 in range(0, K, BLOCK_K):
+            xl, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + low, K, NORM, EVEN_K, PARTS)
+            xh, ss = _activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + low + 16, K, NORM, EVEN_K, PARTS)
+            b, kb = k0 // 2 + c, (k0 + low) // 32
+            acc += _q4_products(w_ptr + offs, s_ptr + soffs, b, kb, xl, xh, K // 2, row_mask, EVEN_K, FMT)
+            if PAIR:
+                acc2 += _q4_products(w2_ptr + offs, s2_ptr + soffs, b, kb, xl, xh, K // 2, row_mask, EVEN_K, FMT)
+    return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
+
+
+@triton.jit
+def _load_q8(row_ptrs, scale_rows, k, K, row_mask, EVEN_K: tl.constexpr):
+    """A Q8_0 tile in fp32: int8 times its block's scale (one scale address per 32 lanes, a broadcast load)."""
+    mask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (k < K)[None, :]
+    w = tl.load(row_ptrs + k[None, :], mask=mask, other=0, eviction_policy="evict_first")
+    s = tl.load(scale_rows + (k // 32)[None, :], mask=mask, other=0.0)
+    return w.to(tl.float32) * s.to(tl.float32)
+
+
+@triton.jit
+def _q4_products(row_ptrs, scale_rows, b, kb, xl, xh, KB, row_mask, EVEN_K: tl.constexpr, FMT: tl.constexpr):
+    """A Q4 tile's weights times their activations: (BLOCK_N, BLOCK_K / 2) pairs of products, summed per byte."""
+    mask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (b < KB)[None, :]
+    q = tl.load(row_ptrs + b[None, :], mask=mask, other=0, eviction_policy="evict_first")
+    lo, hi = (q & 0x0F).to(tl.float32), (q >> 4).to(tl.float32)
+    if FMT == 4:  # Q4_0: scale * (q - 8)
+        d = tl.load(scale_rows + kb[None, :], mask=mask, other=0.0).to(tl.float32)
+        return (d * (lo - 8.0)) * xl[None, :] + (d * (hi - 8.0)) * xh[None, :]
+    d = tl.load(scale_rows + 2 * kb[None, :], mask=mask, other=0.0).to(tl.float32)  # Q4_1: scale * q + min
+    m = tl.load(scale_rows + 2 * kb[None, :] + 1, mask=mask, other=0.0).to(tl.float32)
+    return (d * lo + m) * xl[None, :] + (d * hi + m) * xh[None, :]
 
 
 @triton.jit
@@ -128,17 +190,28 @@ class GemvConfig:
     num_stages: int = 1
 
 
-def gemv_config(table: dict[tuple[int, int, int], GemvConfig], w: torch.Tensor) -> GemvConfig:
-    """The tuned launch for a weight's (N, K, bytes per element), else a default that keeps every SM busy."""
-    n, k = w.shape
-    if (n, k, w.element_size()) in table:
-        return table[(n, k, w.element_size())]
+def gemv_config(table: dict[tuple[int, int, int], GemvConfig], w: torch.Tensor | Weight) -> GemvConfig:
+    """The tuned launch for a weight's (N, K, bytes per element; a block format's name), else a default that keeps
+    every SM busy (its BLOCK_K, a power of two of at least K's 32, is a whole number of blocks)."""
+    key = gemv_key(w)
+    n, k = key[:2]
+    if key in table:
+        return table[key]
     if INTERPRET:  # numpy runs one program at a time: few large programs are fastest
         return GemvConfig(min(64, next_pow2(n)), min(256, next_pow2(k)), num_warps=4)
     # The shape of the 7B winners (scripts/results/tune_7b.txt): 1024-wide K tiles; 2 rows and one warp per
     # program when N is small, 8 rows and 4 warps when there are rows enough for many waves.
     block_k = min(1024, next_pow2(k))
     return GemvConfig(8, block_k, 4) if n >= 8192 else GemvConfig(2, block_k, 1)
+
+
+def gemv_key(w: torch.Tensor | Weight) -> tuple:
+    """A launch table's key: (N, K, bytes per element) of float and FP8 weights, (N, K, format) of block ones."""
+    if isinstance(w, Weight):
+        if w.fmt.is_block:
+            return (*w.shape, w.fmt.value)
+        w = w.data
+    return (*w.shape, w.element_size())
 
 
 def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: bool = False) -> dict:
