@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -21,7 +22,8 @@ from llamafast.quant import FP8Format
 from llamafast.tokenizers import Tokenizer, open_tokenizer
 from llamafast.load.shard import Shard, check_shardable, load_shard, random_shard
 from llamafast.load.weights import (
-    checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, sparse_layout, weights_label,
+    block_formats, checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, sparse_layout,
+    weights_label,
 )
 
 _DTYPES = {DType.float32: torch.float32, DType.bfloat16: torch.bfloat16, DType.float16: torch.float16}
@@ -119,10 +121,13 @@ def load_model(
     else:
         state = load_state(ckpt, device, torch_dtype, progress, fp8)
     formats = (fp8.format, fp8.format) if fp8 else checkpoint_formats(ckpt)
-    model = build(ckpt.config, state, backend, *formats, sparse_layout(ckpt), shard)
+    blocks = {} if fp8 is not None or shard is not None else block_formats(ckpt)  # else read dequantized
+    model = build(ckpt.config, state, backend, *formats, sparse_layout(ckpt), shard, formats=blocks)
     _sync(device)
-    return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0,
-                       weights_label(formats[0], torch_dtype))
+    label = weights_label(formats[0], torch_dtype)
+    if blocks:  # the layers' formats, most common first: "q4_1" or "q4_0+q8_0"
+        label = "+".join(f.value for f, _ in Counter(blocks.values()).most_common())
+    return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0, label)
 
 
 def random_model(
