@@ -86,3 +86,16 @@ def test_written_gguf_keeps_blocks_and_matches_dequantized(tmp_path, kind):
     for model in (ours, theirs):
         model.setup_cache(16)
     assert torch.equal(ours(tokens, pos, True), theirs(tokens, pos, True))
+
+
+@pytest.mark.parametrize("shape,nbytes,message", [((4, 48), 4 * 48 // 32 * 18, "not whole 32-weight q4_0 blocks"),
+                                                  ((4, 64), 4 * 2 * 18 - 5, "truncated")])
+def test_bad_block_tensors_refused(tmp_path, shape, nbytes, message):
+    """A row that is no whole number of blocks, or fewer bytes than the blocks need: one line, at open."""
+    from types import SimpleNamespace
+
+    from llamafast.formats.gguf import _block_ref
+
+    t = SimpleNamespace(name="blk.0.attn_q.weight", data=np.zeros(nbytes, dtype=np.uint8))
+    with pytest.raises(LlamafastError, match=message):
+        _block_ref(t, tmp_path / "m.gguf", shape, WeightFormat.q4_0)
