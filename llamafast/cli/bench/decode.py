@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from llamafast.cli.bench.shared import (
-    FP8BesideOpt, JsonOpt, NewTokensOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt,
-    check_backends, note, preloaded, readied, readied_as, target, token_counts,
+    BlockCopiesOpt, FP8BesideOpt, JsonOpt, NewTokensOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt,
+    block_copies, check_backends, note, preloaded, readied, readied_as, target, token_counts,
 )
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, parse_floats,
@@ -36,24 +36,25 @@ def decode(
     config: ConfigOpt = None,
     prompt_len: PromptLenOpt = None,
     new_tokens: NewTokensOpt = None,
-    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: all the device runs; triton alone with --fp8 or --tp].")] = None,
+    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: all the device runs; triton alone with --fp8, --weights or --tp].")] = None,
     fp8: FP8BesideOpt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
+    weights: BlockCopiesOpt = None,
     tp: TPOpt = None,
     tp_comm: Annotated[Optional[list[TPComm]], typer.Option(help=TP_COMM_HELP + "; repeatable [default: both, side by side].")] = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ):
     """Load time, time to first token, decode tokens/s and achieved memory bandwidth per backend, on the same
-    weights (with --fp8 also on their FP8 copy)."""
+    weights (with --fp8 also on their FP8 copy, with --weights on their block-format copies)."""
     from llamafast.bench.decode import run_bench
 
     fmt = fp8_format if fp8 else None
     with clean_errors(), tensor_parallel(tp, device) as ranks:
-        t, n_prompt, n_new, backends = on_every_rank(ranks, lambda: _decode_options(
+        t, n_prompt, n_new, backends, blocks = on_every_rank(ranks, lambda: _decode_options(
             model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens, backend,
-            fmt, tp_comm, ranks))
-        with readied(t, readied_as(backends), ranks, fmt) as (models, startup):
+            fmt, weights, tp_comm, ranks))
+        with readied(t, readied_as(backends), ranks, fmt, blocks) as (models, startup):
             comms = [None]
             if ranks:
                 made = make_comms(ranks, models[0], tp_comm or [TPComm.symm, TPComm.nccl])
@@ -98,18 +99,21 @@ def sparse(
 
 
 def _decode_options(model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens,
-                    backend, fp8, tp_comm, ranks):
-    """The weights, token counts and backends, checked (on every rank alike) before any weights load."""
+                    backend, fp8, weights, tp_comm, ranks):
+    """The weights, token counts, backends and block copies, checked (on every rank alike) before any weights
+    load."""
     if tp_comm and not ranks:
         raise LlamafastError("--tp-comm applies only to a tensor-parallel run (torchrun ... --tp N)")
     t = target(model, tokenizer, random_weights, shape, device, dtype, config, out, ranks)
     n_prompt, n_new = token_counts(t, prompt_len, new_tokens)
+    blocks = block_copies(weights, t, fp8, ranks)
     backends = backend or ([t.run.backend] if t.run.backend else None)
     if backends is None:
         cuda = t.device.type == "cuda"
-        backends = [Backend.triton] if cuda and (fp8 or ranks) else list(Backend) if cuda else [Backend.reference]
+        one = cuda and (fp8 or blocks or ranks)
+        backends = [Backend.triton] if one else list(Backend) if cuda else [Backend.reference]
     check_backends(backends, t.device, ranks)
-    return t, n_prompt, n_new, backends
+    return t, n_prompt, n_new, backends, blocks
 
 
 def _sparse_runs(t, sparsity: str, modes, group_size: int) -> list[SparseRun]:
