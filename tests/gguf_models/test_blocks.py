@@ -99,3 +99,14 @@ def test_bad_block_tensors_refused(tmp_path, shape, nbytes, message):
     t = SimpleNamespace(name="blk.0.attn_q.weight", data=np.zeros(nbytes, dtype=np.uint8))
     with pytest.raises(LlamafastError, match=message):
         _block_ref(t, tmp_path / "m.gguf", shape, WeightFormat.q4_0)
+
+
+def test_sparsify_reads_a_gguf_s_blocks_dequantized(tmp_path):
+    """The sparse FFN runs float weights: sparsify calibrates on the blocks dequantized, and its checkpoint loads."""
+    from llamafast.tools.sparsify import sparsify
+
+    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_0")
+    text = "Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 20
+    sparsify(tmp_path / "m.gguf", tmp_path / "out", text, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
+    lm = load_model(tmp_path / "out", device=torch.device("cpu"), backend=Backend.reference)
+    assert lm.model.layout is not None and lm.weights != "q4_0"
