@@ -73,8 +73,7 @@ def _dot_blocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows,
     those two index sets instead of the weights being reordered."""
     NB: tl.constexpr = BLOCK_K // 32
     offs = rows[:, None].to(tl.int64) * stride_wn
-    acc = tl.zeros((BLOCK_N, NB), dtype=tl.float32)
-    acc2 = tl.zeros((BLOCK_N, NB), dtype=tl.float32)
+    acc, acc2 = tl.zeros((BLOCK_N, NB), dtype=tl.float32), tl.zeros((BLOCK_N, NB), dtype=tl.float32)
     soffs = rows[:, None].to(tl.int64) * (K // 32 * (2 if FMT == 5 else 1))  # Q4_1: (scale, min) pairs
     kb = tl.arange(0, NB)
     if FMT == 3:
@@ -105,8 +104,7 @@ def _dot_blocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows,
 def _block_scales(scale_rows, kb, K, row_mask, EVEN_K: tl.constexpr, PAIRED: tl.constexpr, SECOND: tl.constexpr):
     """(BLOCK_N, NB) fp32: the tile's blocks' scales (PAIRED: Q4_1's (scale, min) pairs, SECOND: the min)."""
     mask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (kb < K // 32)[None, :]
-    idx = 2 * kb + SECOND if PAIRED else kb
-    return tl.load(scale_rows + idx[None, :], mask=mask, other=0.0).to(tl.float32)
+    return tl.load(scale_rows + (2 * kb + SECOND if PAIRED else kb)[None, :], mask=mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
