@@ -74,18 +74,19 @@ def backend_ops(backend: Backend, launches: Launches | None = None) -> BackendOp
                  bound(kernels.rmsnorm_swiglu, "rmsnorm_swiglu"), bound(kernels.rmsnorm_lm_head, "rmsnorm_lm_head"),
                  kernels.sparse_ffn, reference.linear_residual_t)
     # Prompts stay dense; a sparse prompt (the quality lab) runs the reference sparse FFN.
-    prefill = Ops(dense_blocks(kernels.prefill_qkv_rope), kernels.flash_attention,
-                  dense_blocks(kernels.prefill_linear_residual), dense_blocks(kernels.prefill_swiglu),
-                  dense_blocks(kernels.prefill_lm_head), reference.sparse_ffn, reference.linear_residual_t)
+    dense = functools.partial(dense_blocks, dequantize=kernels.dequantize_blocks)
+    prefill = Ops(dense(kernels.prefill_qkv_rope), kernels.flash_attention, dense(kernels.prefill_linear_residual),
+                  dense(kernels.prefill_swiglu), dense(kernels.prefill_lm_head), reference.sparse_ffn,
+                  reference.linear_residual_t)
     return BackendOps(backend, decode, prefill, "graph", launches)
 
 
-def dense_blocks(op: Callable) -> Callable:
-    """A prompt op that takes block-format weights: each is dequantized to the activations' dtype just before the
-    op runs (one layer's weight at a time), then the float prompt kernel runs. A prompt pass is compute-bound, so
-    reading the blocks once more costs little beside its matmuls; float and FP8 weights pass through untouched."""
+def dense_blocks(op: Callable, dequantize: Callable = reference.dense) -> Callable:
+    """A prompt op that takes block-format weights: each is dequantized (kernels/dequantize_blocks.py on the triton
+    backend) to the activations' dtype just before the op runs, one layer's weight at a time, then the float prompt
+    kernel runs; float and FP8 weights pass through untouched."""
     def run(x, *args, **kwargs):
-        args = [Weight(reference.dense(a, x.dtype)) if isinstance(a, Weight) and a.fmt.is_block else a for a in args]
+        args = [Weight(dequantize(a, x.dtype)) if isinstance(a, Weight) and a.fmt.is_block else a for a in args]
         return op(x, *args, **kwargs)
 
     return run
