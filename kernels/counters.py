@@ -1,9 +1,11 @@
 """Device-side completion counters for kernels whose programs wait on each other (decode_step.py).
 
-A producer program stores its results, then adds 1 to its op's counter with release semantics; a consumer spins
-on volatile loads of the counter until it reaches the producer op's task count, then acquires once, so every
-store made before the producers' releases is visible to every thread of the consumer (the barrier after the
-acquire hands it on to the other warps). A consumer that spins past MAX_SPINS raises the watchdog word and goes
+A producer program stores its results, then adds the tasks it finished to its op's counter with release semantics;
+a consumer spins on acquire loads of the counter until it reaches the op's task count, so every store made before
+the producers' releases is visible to it (the barrier after the loop hands that on to the other warps). A hop
+costs more the more programs report to it: 3.15 µs with 396 programs, 1.39 with 132, against 1.1-1.3 µs per
+empty kernel replayed from a CUDA graph; splitting the counter over 2-16 words did not remove it (H100,
+scripts/experiments/barrier_latency.txt). A consumer that spins past MAX_SPINS raises the watchdog word and goes
 on, and so does every wait once the word is up (it is loaded beside the counter, in the same round trip): a wrong
 counter gives wrong numbers and a clear error on the host (DecodeStep.check_watchdog), never a frozen GPU.
 """
@@ -13,9 +15,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Volatile loads of one L2 line before the watchdog gives up: one load takes about 1 us from L2, so this is
-# seconds, while the longest wait of a decode step (a 70B layer's FFN) is about 0.2 ms.
+# Polls of the counter before the watchdog gives up: one takes about 1 us from L2, so this is seconds, while the
+# longest wait of a decode step (a 70B layer's FFN) is about 0.2 ms.
 MAX_SPINS = tl.constexpr(1 << 22)
+
+
+@triton.jit
+def _load_acquire(ptr):
+    """Triton's loads have no acquire; an acquire atomic whose result is unused left no instruction in the PTX."""
+    return tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptr], dtype=tl.int32,
+                                     is_pure=False, pack=1)
 
 
 @triton.jit
@@ -23,12 +32,14 @@ def wait_count(counter_ptr, target, watchdog_ptr):
     """Blocks until *counter_ptr >= target (no-op for target <= 0)."""
     if target > 0:
         spins = 0
-        while (tl.load(counter_ptr, volatile=True) < target) & (tl.load(watchdog_ptr, volatile=True) == 0) & (
-                spins < MAX_SPINS):
+        count = _load_acquire(counter_ptr)
+        up = tl.load(watchdog_ptr, volatile=True)
+        while (count < target) & (up == 0) & (spins < MAX_SPINS):
             spins += 1
+            count = _load_acquire(counter_ptr)
+            up = tl.load(watchdog_ptr, volatile=True)
         if spins >= MAX_SPINS:
             tl.atomic_xchg(watchdog_ptr, 1, sem="relaxed", scope="gpu")
-        tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
         tl.debug_barrier()
 
 

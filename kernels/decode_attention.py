@@ -7,8 +7,9 @@ read once for its whole group (Llama-2-70B: 8 heads per KV head), and one split 
 in BLOCK_S blocks with an online softmax; it writes its partial output and log-sum-exp. Programs whose
 split starts past L exit at once, so the loop is bounded by the current length, not by the cache size,
 while the grid stays fixed for CUDA graphs. Each KV head's last split program to finish (it takes a ticket)
-merges that head's splits by their LSE, so no merge kernel follows: one kernel boundary less per layer, +0.2%
-(bf16) and +0.4% (FP8 E5M2) decode tok/s at Llama-2-7B on the H100, +0.3% / +0.5% on the H200.
+merges that head's used splits by their LSE, so no merge kernel follows: one kernel boundary less per layer,
++0.2% (bf16) and +0.4% (FP8 E5M2) decode tok/s at Llama-2-7B on the H100, +0.3% / +0.5% on the H200. While L
+fits one split (512 positions at 7B), split 0 writes the output itself: no partials, no ticket, no merge.
 Scores use tl.dot with the group padded to 16 rows (and D to 16): wasted MMA work is free here, since the
 kernel is bound by K/V reads. Legend: H heads, KVH kv heads, D head_dim, L length.
 Llama-2-7B bf16 at L = 4096: reads 2 x 32 x 4096 x 128 x 2 B = 64 MiB of K/V per layer.
@@ -78,63 +79,68 @@ def attention_split(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
 ):
-    """One split of one KV head's sequence; the head's last split to finish merges them all."""
+    """One split of one KV head's sequence; the head's last split to finish merges the used ones."""
     length = tl.load(pos_ptr) + 1
-    start = split * SPLIT_LEN
-    end = tl.minimum(start + SPLIT_LEN, length)
-    g = tl.arange(0, BLOCK_G)
-    d = tl.arange(0, BLOCK_D)
-    heads = kvh * GROUP + g
-    q_mask = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]
-    q = tl.load(q_ptr + heads[:, None] * HEAD_DIM + d[None, :], mask=q_mask, other=0.0)  # (BLOCK_G, BLOCK_D)
-    m = tl.full((BLOCK_G,), float("-inf"), dtype=tl.float32)
-    l = tl.zeros((BLOCK_G,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_G, BLOCK_D), dtype=tl.float32)
-    base = kvh.to(tl.int64) * stride_ch
-    for s0 in range(start, end, BLOCK_S):
-        s = s0 + tl.arange(0, BLOCK_S)
-        kv_mask = (s < end)[:, None] & (d < HEAD_DIM)[None, :]
-        offs = base + s[:, None] * stride_cs + d[None, :]
-        k = tl.load(k_ptr + offs, mask=kv_mask, other=0.0)  # (BLOCK_S, BLOCK_D)
-        if FP32:  # tf32 would cost the fp32 path its exactness
-            scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+    used = tl.cdiv(length, SPLIT_LEN)  # splits holding positions; the rest have nothing to do
+    if split < used:
+        start = split * SPLIT_LEN
+        end = tl.minimum(start + SPLIT_LEN, length)
+        g = tl.arange(0, BLOCK_G)
+        d = tl.arange(0, BLOCK_D)
+        heads = kvh * GROUP + g
+        q_mask = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]
+        q = tl.load(q_ptr + heads[:, None] * HEAD_DIM + d[None, :], mask=q_mask, other=0.0)  # (BLOCK_G, BLOCK_D)
+        m = tl.full((BLOCK_G,), float("-inf"), dtype=tl.float32)
+        l = tl.zeros((BLOCK_G,), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_G, BLOCK_D), dtype=tl.float32)
+        base = kvh.to(tl.int64) * stride_ch
+        for s0 in range(start, end, BLOCK_S):
+            s = s0 + tl.arange(0, BLOCK_S)
+            kv_mask = (s < end)[:, None] & (d < HEAD_DIM)[None, :]
+            offs = base + s[:, None] * stride_cs + d[None, :]
+            k = tl.load(k_ptr + offs, mask=kv_mask, other=0.0)  # (BLOCK_S, BLOCK_D)
+            if FP32:  # tf32 would cost the fp32 path its exactness
+                scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                scores = tl.dot(q, tl.trans(k))  # (BLOCK_G, BLOCK_S) fp32
+            scores = scores * sm_scale
+            scores = tl.where((s < end)[None, :], scores, float("-inf"))
+            m_new = tl.maximum(m, tl.max(scores, axis=1))
+            p = tl.exp(scores - m_new[:, None])
+            alpha = tl.exp(m - m_new)
+            v = tl.load(v_ptr + offs, mask=kv_mask, other=0.0)
+            if FP32:
+                acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            l = l * alpha + tl.sum(p, axis=1)
+            m = m_new
+        out = acc / l[:, None]  # a used split holds at least one position
+        if used == 1:
+            tl.store(out_ptr + heads[:, None] * HEAD_DIM + d[None, :], out.to(out_ptr.dtype.element_ty), mask=q_mask)
         else:
-            scores = tl.dot(q, tl.trans(k))  # (BLOCK_G, BLOCK_S) fp32
-        scores = scores * sm_scale
-        scores = tl.where((s < end)[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, axis=1))
-        p = tl.exp(scores - m_new[:, None])
-        alpha = tl.exp(m - m_new)
-        v = tl.load(v_ptr + offs, mask=kv_mask, other=0.0)
-        if FP32:
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        l = l * alpha + tl.sum(p, axis=1)
-        m = m_new
-    out = acc / tl.where(l > 0, l, 1.0)[:, None]
-    lse = tl.where(l > 0, m + tl.log(l), float("-inf"))  # an empty split weighs nothing in the merge
-    row = heads * n_splits + split
-    tl.store(part_ptr + row[:, None] * HEAD_DIM + d[None, :], out, mask=q_mask)
-    tl.store(lse_ptr + row, lse, mask=g < GROUP)
-    # The KV head's last program to finish merges its heads' splits.
-    tl.debug_barrier()  # every thread's partials stored before the ticket releases them
-    ticket = tl.atomic_add(counter_ptr + kvh, 1, sem="acq_rel", scope="gpu")
-    if ticket == n_splits - 1:
-        tl.atomic_xchg(counter_ptr + kvh, 0, sem="relaxed", scope="gpu")  # zero again for the next call
-        for i in tl.static_range(GROUP):
-            _merge_head(part_ptr, lse_ptr, out_ptr, kvh * GROUP + i, n_splits, HEAD_DIM, BLOCK_D, BLOCK_SPLITS)
+            row = heads * n_splits + split
+            tl.store(part_ptr + row[:, None] * HEAD_DIM + d[None, :], out, mask=q_mask)
+            tl.store(lse_ptr + row, m + tl.log(l), mask=g < GROUP)
+            # The KV head's last program to finish merges its heads' splits.
+            tl.debug_barrier()  # every thread's partials stored before the ticket releases them
+            ticket = tl.atomic_add(counter_ptr + kvh, 1, sem="acq_rel", scope="gpu")
+            if ticket == used - 1:
+                tl.atomic_xchg(counter_ptr + kvh, 0, sem="relaxed", scope="gpu")  # zero again for the next call
+                for i in tl.static_range(GROUP):
+                    _merge_head(part_ptr, lse_ptr, out_ptr, kvh * GROUP + i, n_splits, used, HEAD_DIM, BLOCK_D,
+                                BLOCK_SPLITS)
 
 
 @triton.jit
-def _merge_head(part_ptr, lse_ptr, out_ptr, h, n_splits, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+def _merge_head(part_ptr, lse_ptr, out_ptr, h, n_splits, used, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_SPLITS: tl.constexpr):
-    """Head h's output: its splits' partial outputs weighted by their softmax mass (log-sum-exp)."""
+    """Head h's output: its used splits' partial outputs weighted by their softmax mass (log-sum-exp)."""
     sp = tl.arange(0, BLOCK_SPLITS)
     d = tl.arange(0, BLOCK_D)
-    lse = tl.load(lse_ptr + h * n_splits + sp, mask=sp < n_splits, other=float("-inf"))
+    lse = tl.load(lse_ptr + h * n_splits + sp, mask=sp < used, other=float("-inf"))
     w = tl.exp(lse - tl.max(lse, axis=0))  # split 0 always holds position 0, so the max is finite
-    mask = (sp < n_splits)[:, None] & (d < HEAD_DIM)[None, :]
+    mask = (sp < used)[:, None] & (d < HEAD_DIM)[None, :]
     part = tl.load(part_ptr + (h * n_splits + sp)[:, None] * HEAD_DIM + d[None, :], mask=mask, other=0.0)
     out = tl.sum(part * w[:, None], axis=0) / tl.sum(w, axis=0)
     tl.store(out_ptr + h * HEAD_DIM + d, out.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)

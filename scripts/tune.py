@@ -320,11 +320,11 @@ def first_use(a) -> None:
 
 # -- persistent: the one-kernel decode step ---------------------------------------------------------------------
 # (warps, programs per SM, registers, StepConfig.stages, (block_n, bf16 block_k) of qkv, wo, ffn, w2; FP8 tiles
-# as many bytes); programs per SM that the registers do not allow are cut at launch (docs/design.md).
-_QKV, _FFN, _WIDE = (8, 1024), (4, 1024), (4, 2048)
-PERSISTENT_GRID = ([(4, 3, 168, n, _QKV, _WIDE, _FFN, _WIDE) for n in (1, 2, 3)]
-                   + [(4, 3, 168, n, (8, 512), (4, 1024), (4, 512), (4, 1024)) for n in (3, 4)]
-                   + [(4, 3, 168, 1, _QKV, (4, 4096), _FFN, (4, 4096)), (4, 2, None, 4, _QKV, _WIDE, _FFN, _WIDE)])
+# as many bytes; registers cap the programs per SM at launch). v8: fewer programs of more warps (counters.py).
+_TILES = ((8, 1024), (4, 2048), (4, 1024), (4, 2048))
+_TILES2 = ((16, 1024), (8, 2048), (8, 1024), (8, 2048))  # twice the rows, for twice the warps
+PERSISTENT_GRID = [(4, n, 168, 3, *_TILES) for n in (3, 2, 1)] + [
+    (8, 1, 168, 3, *_TILES), (8, 1, 168, 3, *_TILES2), (8, 2, 128, 3, *_TILES2), (16, 1, 128, 3, *_TILES2)]
 
 
 def persistent(a) -> None:

@@ -146,3 +146,14 @@ def test_bf16_logits_match_reference_for_64_steps(config, fp8):
     errors = _step_errors(ref, fused, steps=64, prompt=16)
     print(f"persistent vs reference, bf16: max {max(errors):.2e}, mean {sum(errors) / len(errors):.2e}")
     assert max(errors) < BOUNDS[torch.bfloat16], errors
+
+
+def test_attention_splits_merged_inside_the_step_match_reference():
+    """Contexts of one split (split 0 writes the output) and of two (the KV head's last split merges them)."""
+    from llamafast.kernels.decode_attention import AttentionConfig
+
+    ref, fused = _twins(dataclasses.replace(ODD, n_layers=2), torch.float32, None)
+    key = (ODD.n_kv_heads, ODD.n_heads // ODD.n_kv_heads)
+    fused.backend.launches["decode_attention"][key] = AttentionConfig(n_splits=2, block_s=16, num_warps=2)
+    errors = _step_errors(ref, fused, steps=3, prompt=14)  # 17 positions cached: splits of 16, contexts 15 to 17
+    assert fused._decode_step[1].n_splits == 2 and max(errors) < BOUNDS[torch.float32], errors
