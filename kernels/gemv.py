@@ -41,7 +41,7 @@ def dot_rows(
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
     tl.static_assert(PREFETCH > 0 or not WAIT, "WAIT is the persistent kernel's, which prefetches")
-    if W_FP8 >= 3:  # the block formats: their own loop, so the float and FP8 loops below are compiled as they were
+    if W_FP8 >= 3:  # the block formats: their own loop, so the float and FP8 loops below compile without it
         tl.static_assert(PREFETCH == 0, "block-format weights run the per-op GEMVs only")
         return dot_blocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K, stride_wn,
                           BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS)

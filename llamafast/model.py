@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from llamafast.config import ModelConfig, SparseLayout, SparseMode, SparseRun, Weight, WeightFormat, sparse_work_size
-from llamafast.errors import LlamafastError
+from llamafast.errors import LlamafastError, persistent_refusal
 from llamafast.quant import is_quantized_linear
 
 if TYPE_CHECKING:
@@ -285,8 +285,7 @@ def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backe
         raise LlamafastError(f"{what} runs float and FP8 weights, not {blocks[0]} blocks; dequantize the model first")
     in_layers = sorted({f.value for n, f in [("", weights), *formats.items()] if f.is_block and n != "output.weight"})
     if in_layers and backend.layers is not None:  # the persistent step's one kernel; the LM head is per-op
-        raise LlamafastError(f"the persistent backend runs float and FP8 weights, not {in_layers[0]} blocks; "
-                             "run them with --backend triton")
+        raise persistent_refusal(in_layers[0])
     with torch.device("meta"):
         model = Transformer(config, backend, layout, shard)
     state = dict(state)

@@ -197,8 +197,8 @@ def _dequantize_mixed_qkv(tensors: dict[str, TensorRef], path: Path) -> None:
 
 
 def without_blocks(ckpt: Checkpoint) -> Checkpoint:
-    """The checkpoint with its block weights read dequantized, as every GGUF tensor once was: for what takes float
-    weights only (--fp8 quantizes them, tensor parallel shards them, convert-fp8)."""
+    """The checkpoint with its block weights read dequantized, as its other quantized tensors are: for what takes
+    float weights only (--fp8 quantizes them, tensor parallel shards them, convert-fp8, sparsify)."""
     if not any(ref.fmt.is_block for ref in ckpt.tensors.values()):
         return ckpt
     tensors = {n: _dequantized(r) if r.fmt.is_block else r for n, r in ckpt.tensors.items()}

@@ -87,3 +87,25 @@ def test_the_persistent_backend_refuses_block_layers_but_takes_a_block_lm_head()
     head = {**floats, "output.weight": data, "output.scale": scale}
     model = build(TINY, head, Backend.persistent, WeightFormat.float, WeightFormat.q8_0)
     assert model.weight_formats == (WeightFormat.float, WeightFormat.q8_0)
+
+
+@pytest.mark.parametrize("kind", ["F32", "Q4_0"])
+def test_bench_leaves_persistent_out_of_its_default_for_a_file_of_block_layers(tmp_path, monkeypatch, kind):
+    """On CUDA bench decode times every backend by default; with a GGUF's block layers all but persistent, and
+    --backend persistent is refused before any weights load."""
+    import dataclasses
+
+    from llamafast.config import Backend
+    from llamafast.errors import LlamafastError
+
+    from .bad_input_files import gguf
+
+    decode = importlib.import_module("llamafast.cli.bench.decode")  # the package's `decode` is the command
+    path, real = gguf(tmp_path, kind), decode.target
+    monkeypatch.setattr(decode, "target", lambda *a: dataclasses.replace(real(*a), device=torch.device("cuda")))
+    options = [str(path), None, False, None, "cpu", None, None, None, 4, 8]  # ..., out, prompt_len, new_tokens
+    backends = decode._decode_options(*options, None, None, None, None, None)[3]
+    assert backends == [b for b in Backend if kind == "F32" or b != Backend.persistent]
+    if kind != "F32":
+        with pytest.raises(LlamafastError, match="not q4_0 blocks; run them with --backend triton"):
+            decode._decode_options(*options, [Backend.persistent], None, None, None, None)

@@ -17,7 +17,7 @@ from llamafast.cli.common import (
 )
 from llamafast.cli.presets import RunConfig
 from llamafast.config import MODEL_CONFIGS, Backend, DType, FP8Format, ModelConfig, WeightFormat, model_config
-from llamafast.errors import LlamafastError
+from llamafast.errors import LlamafastError, persistent_refusal
 
 if TYPE_CHECKING:
     import torch
@@ -171,14 +171,27 @@ def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks
     if names and ranks:
         raise LlamafastError(f"tensor parallel runs float and FP8 weights, not {names[0]} blocks; drop --weights")
     if names and Backend.persistent in backends:
-        raise LlamafastError(f"the persistent backend runs float and FP8 weights, not {names[0]} blocks; time them "
-                             "with --backend triton")
+        raise persistent_refusal(names[0])
     fmts = [WeightFormat(n) for n in dict.fromkeys(names)]
     for fmt in fmts:
         check_blockable(t.config, fmt)
     if fmts and not isinstance(t.source, str):
         _check_float(t.source.checkpoint)
     return fmts
+
+
+def held_blocks(t: Target, fp8: FP8Format | None, ranks, backends: list[Backend]) -> bool:
+    """Whether t's layers are block weights kept as blocks (a GGUF's, unless --fp8 or tensor parallel reads them
+    dequantized): the persistent step runs none, so it is left out of the default backends, and refused by name
+    before any weights load."""
+    from llamafast.load.weights import block_formats
+
+    if isinstance(t.source, str) or fp8 is not None or ranks:
+        return False
+    held = sorted({f.value for n, f in block_formats(t.source.checkpoint).items() if n != "output.weight"})
+    if held and Backend.persistent in backends:
+        raise persistent_refusal(held[0])
+    return bool(held)
 
 
 def _check_float(ckpt) -> None:
