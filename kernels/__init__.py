@@ -11,6 +11,7 @@ never written: a model reads copies of them, which tuning extends for its shapes
 from .decode_attention import CONFIGS as _ATTENTION
 from .decode_attention import decode_attention
 from .decode_step import CONFIGS as _DECODE_STEP
+from .dequantize_blocks import dequantize_blocks
 from .linear_residual import CONFIGS as _LINEAR_RESIDUAL
 from .prefill.flash_attention import flash_attention
 from .linear_residual import linear_residual
@@ -32,7 +33,7 @@ COMMITTED = {
 }
 
 __all__ = [
-    "COMMITTED", "decode_attention", "flash_attention", "linear_residual",
+    "COMMITTED", "decode_attention", "dequantize_blocks", "flash_attention", "linear_residual",
     "prefill_linear_residual", "prefill_lm_head", "prefill_qkv_rope", "prefill_swiglu", "rmsnorm_lm_head",
     "rmsnorm_qkv_rope", "rmsnorm_swiglu", "sparse_ffn",
 ]

@@ -1,5 +1,6 @@
 """What every kernel file shares: the interpreter flag, host-side launch arithmetic, input checks, and the one
-place FP8 weights are decoded (the W_FP8 constexpr: 0 float, 1 E5M2, 2 E4M3, from llamafast.config.WeightFormat).
+place FP8 weights are decoded (the W_FP8 constexpr: 0 float, 1 E5M2, 2 E4M3, from llamafast.config.WeightFormat;
+3 Q8_0, 4 Q4_0 and 5 Q4_1 are the block formats, which gemv_blocks.py's loop decodes).
 """
 
 from __future__ import annotations
@@ -46,7 +47,13 @@ def check_rows(name: str, t: torch.Tensor, k: int) -> None:
 def w_fp8(weight: Weight) -> int:
     """W_FP8 for a weight, after checking that its tensors are what its format says they are."""
     w, scale, fmt = weight.data, weight.scale, weight.fmt
-    if fmt == WeightFormat.float:
+    if fmt.is_block:
+        n, k = weight.shape
+        stored = torch.int8 if fmt == WeightFormat.q8_0 else torch.uint8
+        assert w.dtype == stored and k % 32 == 0, f"{fmt.value} weights: {stored}, rows of whole blocks"
+        assert scale is not None and scale.dtype == torch.float16 and scale.is_contiguous(), f"{fmt.value} scales"
+        assert scale.shape == fmt.scale_shape(n, k), f"{fmt.value} scales: {fmt.scale_shape(n, k)}"
+    elif fmt == WeightFormat.float:
         assert w.dtype != torch.int8 and scale is None, f"float weights: got {w.dtype}, scale {scale is not None}"
     else:
         assert w.dtype == torch.int8, f"{fmt.value} weights are int8 bit patterns, got {w.dtype}"
@@ -57,8 +64,14 @@ def w_fp8(weight: Weight) -> int:
     return fmt.code
 
 
+def check_weight(name: str, w: Weight, k: int) -> None:
+    """A weight of rows of k weights as its format stores them (two per byte for Q4)."""
+    check_rows(name, w.data, w.fmt.stored_cols(k))
+
+
 def scale_arg(w: Weight) -> torch.Tensor:
-    """The scale pointer a kernel takes: E4M3's scales, else any tensor (the kernel never reads it)."""
+    """The scale pointer a kernel takes: E4M3's or the blocks' scales, else any tensor (the kernel never reads
+    it)."""
     return w.data if w.scale is None else w.scale
 
 

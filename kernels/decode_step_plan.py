@@ -88,7 +88,9 @@ class LayerTensors:
 
 
 def check_layers(layers: list[LayerTensors], fmt: int) -> None:
-    """Every layer's weights contiguous, in one format (W_FP8 code fmt) and one shape; one cache layout."""
+    """Every layer's weights contiguous, in one float or FP8 format (W_FP8 code fmt; model.assemble refuses the
+    block formats, which run the per-op GEMVs only) and one shape; one cache layout."""
+    assert fmt < 3, "block-format weights: the persistent step runs float and FP8 weights only"
     for i, t in enumerate(layers):
         for name in ("wqkv", "wo", "w1", "w3", "w2"):
             w = getattr(t, name)

@@ -21,6 +21,7 @@ from llamafast.config import Weight, WeightFormat
 
 from ._common import INTERPRET, next_pow2, w_fp8
 from .counters import wait_count
+from .gemv_blocks import dot_blocks
 from .gemv_tiles import activation, load_tile, pair_tiles, row_scaled
 
 
@@ -30,7 +31,8 @@ def dot_rows(
     rows, row_mask, K, stride_wn,  # (BLOCK_N,) row indices and mask; reduction length; weights' row stride
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr,  # fuse RMSNorm; also W2[rows] @ x; K % BLOCK_K == 0
-    W_FP8: tl.constexpr,  # 0: float weights; 1: E5M2 bit patterns in int8; 2: E4M3 in int8 with fp32 row scales
+    W_FP8: tl.constexpr,  # 0: float weights; 1: E5M2 bit patterns in int8; 2: E4M3 in int8 with fp32 row scales;
+    # 3-5: the block formats Q8_0, Q4_0, Q4_1 (gemv_blocks.py), on the per-op path only (PREFETCH == 0)
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x is x + PARTS fp32 partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (use_pdl): see _first_tile
     wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT: x is ready once *wait_ptr >= wait_target (counters.py)
@@ -39,6 +41,10 @@ def dot_rows(
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
     tl.static_assert(PREFETCH > 0 or not WAIT, "WAIT is the persistent kernel's, which prefetches")
+    if W_FP8 >= 3:  # the block formats: their own loop, so the float and FP8 loops below compile without it
+        tl.static_assert(PREFETCH == 0, "block-format weights run the per-op GEMVs only")
+        return dot_blocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K, stride_wn,
+                          BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS)
     offs = rows[:, None].to(tl.int64) * stride_wn
     if PREFETCH > 1:
         return _staged(w_ptr + offs, w2_ptr + offs, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
@@ -152,17 +158,28 @@ class GemvConfig:
     num_stages: int = 1
 
 
-def gemv_config(table: dict[tuple[int, int, int], GemvConfig], w: torch.Tensor) -> GemvConfig:
-    """The tuned launch for a weight's (N, K, bytes per element), else a default that keeps every SM busy."""
-    n, k = w.shape
-    if (n, k, w.element_size()) in table:
-        return table[(n, k, w.element_size())]
+def gemv_config(table: dict[tuple[int, int, int], GemvConfig], w: torch.Tensor | Weight) -> GemvConfig:
+    """The tuned launch for a weight's (N, K, bytes per element; a block format's name), else a default that keeps
+    every SM busy (its BLOCK_K, a power of two of at least K's 32, is a whole number of blocks)."""
+    key = gemv_key(w)
+    n, k = key[:2]
+    if key in table:
+        return table[key]
     if INTERPRET:  # numpy runs one program at a time: few large programs are fastest
         return GemvConfig(min(64, next_pow2(n)), min(256, next_pow2(k)), num_warps=4)
     # The shape of the 7B winners (scripts/results/tune_7b.txt): 1024-wide K tiles; 2 rows and one warp per
     # program when N is small, 8 rows and 4 warps when there are rows enough for many waves.
     block_k = min(1024, next_pow2(k))
     return GemvConfig(8, block_k, 4) if n >= 8192 else GemvConfig(2, block_k, 1)
+
+
+def gemv_key(w: torch.Tensor | Weight) -> tuple:
+    """A launch table's key: (N, K, bytes per element) of float and FP8 weights, (N, K, format) of block ones."""
+    if isinstance(w, Weight):
+        if w.fmt.is_block:
+            return (*w.shape, w.fmt.value)
+        w = w.data
+    return (*w.shape, w.element_size())
 
 
 def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: bool = False) -> dict:

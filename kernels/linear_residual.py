@@ -13,7 +13,7 @@ import triton.language as tl
 
 from llamafast.config import Weight
 
-from ._common import cdiv, check_rows, check_vector, scale_arg
+from ._common import cdiv, check_vector, check_weight, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 
 # (N, K, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): wo 13.8 us = 2438 GB/s and w2 33.8 us
@@ -69,9 +69,9 @@ def linear_residual(x: torch.Tensor, w: Weight, residual: torch.Tensor, configs=
     n, k = w.shape
     check_vector("x", x, k)
     check_vector("residual", residual, n)
-    check_rows("w", w.data, k)
+    check_weight("w", w, k)
     out = torch.empty_like(residual)
-    cfg = gemv_config(CONFIGS if configs is None else configs, w.data)
+    cfg = gemv_config(CONFIGS if configs is None else configs, w)
     grid = (cdiv(n, cfg.block_n),)
     _linear_residual_kernel[grid](
         x, w.data, scale_arg(w), residual, out, n, k, w.data.stride(0), **launch_args(cfg, w, pdl=True),

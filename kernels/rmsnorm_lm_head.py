@@ -12,7 +12,7 @@ import triton.language as tl
 
 from llamafast.config import Weight
 
-from ._common import cdiv, check_rows, check_vector, scale_arg
+from ._common import cdiv, check_vector, check_weight, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 from .tp_sync import Peers, consumer_args, push_rows, release_slot, signal_peers, wait_arrivals
 
@@ -69,9 +69,9 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float
     v, c = w.shape
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_rows("w", w.data, c)
+    check_weight("w", w, c)
     out = torch.empty((1, v), device=x.device, dtype=torch.float32)
-    cfg = gemv_config(CONFIGS if configs is None else configs, w.data)
+    cfg = gemv_config(CONFIGS if configs is None else configs, w)
     _rmsnorm_lm_head_kernel[(cdiv(v, cfg.block_n),)](
         x, norm_w, w.data, scale_arg(w), out, v, c, w.data.stride(0), eps,
         **launch_args(cfg, w, pdl=not parts),

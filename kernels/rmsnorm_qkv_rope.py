@@ -19,7 +19,7 @@ import triton.language as tl
 
 from llamafast.config import Weight
 
-from ._common import cdiv, check_rows, check_vector, scale_arg
+from ._common import cdiv, check_vector, check_weight, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 from .tp_sync import consumer_args, release_slot, wait_arrivals
 
@@ -99,11 +99,11 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     qd = n - 2 * kvh * d
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_rows("wqkv", wqkv.data, c)
+    check_weight("wqkv", wqkv, c)
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "k and v caches: same layout, D contiguous"
     assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
     q = torch.empty((1, qd // d, d), device=x.device, dtype=x.dtype)
-    cfg = gemv_config(CONFIGS if configs is None else configs, wqkv.data)
+    cfg = gemv_config(CONFIGS if configs is None else configs, wqkv)
     block_n = max(2, cfg.block_n)  # even, so both rows of a RoPE pair are in one program
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
         x, norm_w, wqkv.data, scale_arg(wqkv), cos, sin, pos, q, k_cache, v_cache,

@@ -15,7 +15,7 @@ import triton.language as tl
 
 from llamafast.config import Weight
 
-from ._common import cdiv, check_rows, check_vector, scale_arg
+from ._common import cdiv, check_vector, check_weight, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 from .tp_sync import consumer_args, release_slot, wait_arrivals
 
@@ -75,13 +75,13 @@ def rmsnorm_swiglu(x, norm_w, w1: Weight, w3: Weight, eps, configs=None):
     f, c = w1.shape
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_rows("w1", w1.data, c)
-    check_rows("w3", w3.data, c)
+    check_weight("w1", w1, c)
+    check_weight("w3", w3, c)
     a, b = w1.data, w3.data
     assert a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype, "w1, w3: same shape, layout"
     assert w1.fmt == w3.fmt and (w1.scale is None) == (w3.scale is None), "w1 and w3: the same weight format"
     out = torch.empty((1, f), device=x.device, dtype=x.dtype)
-    cfg = gemv_config(CONFIGS if configs is None else configs, a)
+    cfg = gemv_config(CONFIGS if configs is None else configs, w1)
     _rmsnorm_swiglu_kernel[(cdiv(f, cfg.block_n),)](
         x, norm_w, a, b, scale_arg(w1), scale_arg(w3), out,
         f, c, a.stride(0), eps, **launch_args(cfg, w1, pdl=not parts), **parts

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from llamafast import reference
-from llamafast.config import Backend, ModelConfig, SparseLayout, WeightFormat
+from llamafast.config import Backend, ModelConfig, SparseLayout, Weight, WeightFormat
 from llamafast.errors import LlamafastError
 from llamafast.model import Transformer, assemble
 
@@ -78,8 +78,10 @@ def backend_ops(backend: Backend, launches: Launches | None = None) -> BackendOp
                  bound(kernels.rmsnorm_swiglu, "rmsnorm_swiglu"), bound(kernels.rmsnorm_lm_head, "rmsnorm_lm_head"),
                  kernels.sparse_ffn, reference.linear_residual_t)
     # Prompts stay dense; a sparse prompt (the quality lab) runs the reference sparse FFN.
-    prefill = Ops(kernels.prefill_qkv_rope, kernels.flash_attention, kernels.prefill_linear_residual,
-                  kernels.prefill_swiglu, kernels.prefill_lm_head, reference.sparse_ffn, reference.linear_residual_t)
+    dense = functools.partial(dense_blocks, dequantize=kernels.dequantize_blocks)
+    prefill = Ops(dense(kernels.prefill_qkv_rope), kernels.flash_attention, dense(kernels.prefill_linear_residual),
+                  dense(kernels.prefill_swiglu), dense(kernels.prefill_lm_head), reference.sparse_ffn,
+                  reference.linear_residual_t)
     persistent = backend == Backend.persistent
     layers = functools.partial(_persistent_layers, configs=launches["decode_step"]) if persistent else None
     return BackendOps(backend, decode, prefill, "graph", launches, layers)
@@ -112,6 +114,17 @@ def _persistent_layers(model: Transformer, x: torch.Tensor, pos: torch.Tensor, c
     return step[1](x, pos)
 
 
+def dense_blocks(op: Callable, dequantize: Callable = reference.dense) -> Callable:
+    """A prompt op that takes block-format weights: each is dequantized (kernels/dequantize_blocks.py on the triton
+    backend) to the activations' dtype just before the op runs, one layer's weight at a time, then the float prompt
+    kernel runs; float and FP8 weights pass through untouched."""
+    def run(x, *args, **kwargs):
+        args = [Weight(dequantize(a, x.dtype)) if isinstance(a, Weight) and a.fmt.is_block else a for a in args]
+        return op(x, *args, **kwargs)
+
+    return run
+
+
 def build(
     config: ModelConfig,
     state: dict[str, torch.Tensor],
@@ -121,23 +134,26 @@ def build(
     layout: SparseLayout | None = None,
     shard=None,
     launches: Launches | None = None,
+    formats: dict[str, WeightFormat] | None = None,
 ) -> Transformer:
     """A model on state's tensors for `backend`; weights is the layers' linear weight format, head the LM head's
     (default: the same); shard: this rank's part of a tensor-parallel model (load/shard.py); launches: the
-    tables its decode kernels read (default: copies of the committed ones)."""
+    tables its decode kernels read (default: copies of the committed ones); formats: weights stored in a format of
+    their own, by name (model.assemble)."""
     device = state["tok_embeddings.weight"].device
     e4m3 = WeightFormat.fp8_e4m3 in (weights, head)
     if backend.fused and e4m3 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
         name = torch.cuda.get_device_name(device)
         raise LlamafastError(f"E4M3 weights need compute capability 8.9 or newer (Ada, Hopper); {name} lacks it")
-    return assemble(config, state, backend_ops(backend, launches), weights, head or weights, layout, shard)
+    return assemble(config, state, backend_ops(backend, launches), weights, head or weights, layout, shard, formats)
 
 
 def with_backend(model: Transformer, backend: Backend) -> Transformer:
     """The same weights (shared, not copied) in a model built for another backend, with the same launch tables
     where both are triton; bench compares them."""
     launches = model.backend.launches if backend == model.backend.name else None
-    out = build(model.config, model.state_dict(), backend, *model.weight_formats, model.layout, model.shard, launches)
+    out = build(model.config, model.state_dict(), backend, *model.weight_formats, model.layout, model.shard, launches,
+                model.tensor_formats)
     out.comm = model.comm
     if model.sparse is not None:
         out.set_sparsity(model.sparse)

@@ -151,35 +151,64 @@ class TPComm(str, Enum):
 
 class WeightFormat(str, Enum):
     """How a linear weight is stored; it travels from the loader to the kernels as this value, never guessed
-    from a tensor's dtype. FP8 weights are int8 bit patterns (E4M3 with one fp32 scale per output row)."""
+    from a tensor's dtype. FP8 weights are int8 bit patterns (E4M3 with one fp32 scale per output row).
+    Block formats (GGUF's Q8_0, Q4_0, Q4_1: blocks of 32 along K, docs/quantized.md) keep one fp16 scale per
+    block (Q4_1: a (scale, min) pair): Q8_0 int8 (N, K); Q4 uint8 (N, K/2), byte j of a block holding element j
+    in its low nibble and j + 16 in its high one, as GGUF stores it."""
 
     float = "float"  # in the activation dtype
     fp8_e5m2 = "fp8_e5m2"
     fp8_e4m3 = "fp8_e4m3"
+    q8_0 = "q8_0"
+    q4_0 = "q4_0"
+    q4_1 = "q4_1"
 
     @property
     def code(self) -> int:
-        """The kernels' W_FP8 constexpr: 0 float, 1 E5M2, 2 E4M3."""
-        return ("float", "fp8_e5m2", "fp8_e4m3").index(self.value)
+        """The kernels' W_FP8 constexpr: 0 float, 1 E5M2, 2 E4M3, 3 Q8_0, 4 Q4_0, 5 Q4_1."""
+        return ("float", "fp8_e5m2", "fp8_e4m3", "q8_0", "q4_0", "q4_1").index(self.value)
+
+    @property
+    def is_block(self) -> bool:
+        return self.value in BLOCK_FORMATS
+
+    def stored_cols(self, k: int) -> int:
+        """Columns of the data tensor for K weights per row: two 4-bit weights per byte."""
+        return k // 2 if self.value in ("q4_0", "q4_1") else k
+
+    def scale_shape(self, n: int, k: int) -> tuple[int, ...]:
+        """The scale tensor of a block-format (n, k) weight: (n, k/32) fp16, Q4_1 (n, k/32, 2) (scale, min)."""
+        return (n, k // QK, 2) if self.value == "q4_1" else (n, k // QK)
+
+    def bytes_per_block(self) -> int:
+        """Bytes of one 32-weight block, scales included (GGUF's block size)."""
+        return {"q8_0": 34, "q4_0": 18, "q4_1": 20}[self.value]
 
     @property
     def fp8(self) -> FP8Format | None:
-        """The FP8 format of FP8 weights (None: float)."""
-        return None if self == WeightFormat.float else FP8Format(self.value.removeprefix("fp8_"))
+        """The FP8 format of FP8 weights (None: float and the block formats)."""
+        return FP8Format(self.value.removeprefix("fp8_")) if self.value.startswith("fp8_") else None
+
+
+QK = 32  # weights per block of the block formats
+BLOCK_FORMATS = ("q8_0", "q4_0", "q4_1")
 
 
 @dataclass(frozen=True, eq=False)
 class Weight:
-    """A linear weight as every op takes it: the tensor as stored (N, K), E4M3's fp32 per-row scales (None in
-    the other formats) and the format that says how to read them."""
+    """A linear weight as every op takes it: the tensor as stored ((N, K), or (N, K/2) packed nibbles), its scales
+    (E4M3's fp32 per row, the block formats' fp16 per block; None in the others) and the format that says how to
+    read them."""
 
     data: torch.Tensor
     scale: torch.Tensor | None = None
     fmt: WeightFormat = WeightFormat.float
 
     @property
-    def shape(self) -> torch.Size:
-        return self.data.shape
+    def shape(self) -> tuple[int, int]:
+        """(N, K) in weights, whatever the storage."""
+        n, cols = self.data.shape
+        return (n, 2 * cols if self.fmt.stored_cols(2) == 1 else cols)
 
 
 class FP8Format(str, Enum):

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from llamafast.config import ModelConfig, SparseLayout, SparseMode, SparseRun, Weight, WeightFormat, sparse_work_size
-from llamafast.errors import LlamafastError
+from llamafast.errors import LlamafastError, persistent_refusal
+from llamafast.quant import is_quantized_linear
 
 if TYPE_CHECKING:
     from llamafast.backends import BackendOps
@@ -219,6 +220,11 @@ class Transformer(nn.Module):
         return 1 - ran / possible if possible else None
 
     @property
+    def tensor_formats(self) -> dict[str, WeightFormat]:
+        """Each linear weight's format, by parameter name (assemble's formats)."""
+        return {name + ".weight": m.fmt for name, m in self.named_modules() if isinstance(m, _Linear)}
+
+    @property
     def weight_formats(self) -> tuple[WeightFormat, WeightFormat]:
         """(the layers' linear weights, the LM head): what build() was given."""
         return self.layers[0].attention.wqkv.fmt, self.output.fmt
@@ -266,29 +272,57 @@ def llama3_frequencies(freqs: torch.Tensor, factor: float, low: float, high: flo
 
 
 def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: BackendOps, weights: WeightFormat,
-             head: WeightFormat, layout: SparseLayout | None = None, shard=None) -> Transformer:
+             head: WeightFormat, layout: SparseLayout | None = None, shard=None,
+             formats: dict[str, WeightFormat] | None = None) -> Transformer:
     """The model on `state`'s tensors (no copies), its ops fixed for its life; llamafast.backends.build calls it.
-    weights is the format of every layer's linear weights, head the LM head's; both are checked against the
-    tensors, never guessed from them."""
+    weights is the format of every layer's linear weights, head the LM head's; formats names the weights stored
+    otherwise, each in its own format (a GGUF file's blocks: "layers.0.attention.wqkv.weight" -> q4_1). All are
+    checked against the tensors, never guessed from them."""
+    formats = dict(formats or {})
+    blocks = sorted({f.value for f in (weights, head, *formats.values()) if f.is_block})
+    if blocks and (layout is not None or shard is not None):
+        what = "the sparse FFN" if layout is not None else "tensor parallel"
+        raise LlamafastError(f"{what} runs float and FP8 weights, not {blocks[0]} blocks; dequantize the model first")
+    in_layers = sorted({f.value for n, f in [("", weights), *formats.items()] if f.is_block and n != "output.weight"})
+    if in_layers and backend.layers is not None:  # the persistent step's one kernel; the LM head is per-op
+        raise persistent_refusal(in_layers[0])
     with torch.device("meta"):
         model = Transformer(config, backend, layout, shard)
     state = dict(state)
     scales = {name: state.pop(name) for name in [n for n in state if n.endswith(".scale")]}
+    packed = {}  # block weights are not (N, K): they are set after the state is loaded around them
+    for name, param in model.named_parameters(remove_duplicate=False):
+        fmt = formats.get(name, head if name == "output.weight" else weights)
+        if fmt.is_block and name in state and is_quantized_linear(name):
+            packed[name] = state.pop(name)
+            state[name] = torch.empty(param.shape, device="meta")
     model.load_state_dict(state, assign=True, strict=True)
-    for name, scale in scales.items():  # E4M3 weights' per-row scales
+    for name, scale in scales.items():  # E4M3 weights' per-row scales, block formats' per-block ones
         model.get_submodule(name.removesuffix(".scale")).scale = nn.Parameter(scale, requires_grad=False)
+    for name, data in packed.items():
+        model.get_submodule(name.removesuffix(".weight")).weight = nn.Parameter(data, requires_grad=False)
     out, emb = model.output.weight, model.tok_embeddings.weight
     if out.data_ptr() == emb.data_ptr() and out.shape == emb.shape:  # (a vocabulary shard's rows start there too)
         model.output.weight = model.tok_embeddings.weight  # tied: one tensor, counted once
     for name, linear in model.named_modules():
         if isinstance(linear, _Linear):
-            linear.fmt = head if name == "output" else WeightFormat.float if name.endswith("router") else weights
+            default = head if name == "output" else WeightFormat.float if name.endswith("router") else weights
+            linear.fmt = formats.get(name + ".weight", default)
             _check_format(name, linear)
     return model.eval()
 
 
 def _check_format(name: str, linear: _Linear) -> None:
-    fp8, e4m3 = linear.fmt != WeightFormat.float, linear.fmt == WeightFormat.fp8_e4m3
-    if (linear.weight.dtype == torch.int8) != fp8 or (linear.scale is not None) != e4m3:
-        stored = f"{linear.weight.dtype} {'with' if linear.scale is not None else 'without'} scales"
-        raise LlamafastError(f"{name}.weight is {stored}, which is not {linear.fmt.value} as its metadata says")
+    fmt, w, scale = linear.fmt, linear.weight, linear.scale
+    if fmt.is_block:
+        stored = torch.int8 if fmt == WeightFormat.q8_0 else torch.uint8
+        n, k = Weight(w, scale, fmt).shape
+        ok = w.dtype == stored and scale is not None and scale.dtype == torch.float16 and not k % 32
+        if not ok or tuple(scale.shape) != fmt.scale_shape(n, k):
+            raise LlamafastError(f"{name}.weight is {w.dtype} {tuple(w.shape)} with scales "
+                                 f"{None if scale is None else tuple(scale.shape)}, which is not {fmt.value} blocks")
+        return
+    fp8, e4m3 = fmt != WeightFormat.float, fmt == WeightFormat.fp8_e4m3
+    if (w.dtype == torch.int8) != fp8 or (scale is not None) != e4m3:
+        stored = f"{w.dtype} {'with' if scale is not None else 'without'} scales"
+        raise LlamafastError(f"{name}.weight is {stored}, which is not {fmt.value} as its metadata says")

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from llamafast.config import FP8Format, WeightFormat  # FP8Format lives in config: the CLI's option types need no torch
+# FP8Format lives in config: the CLI's option types need no torch
+from llamafast.config import QK, FP8Format, WeightFormat
+from llamafast.errors import LlamafastError
 
 E5M2_MAX = 57344.0  # largest finite E5M2; beyond it the cast would give inf, so values are saturated
 E4M3_MAX = 448.0
@@ -67,8 +69,10 @@ def quantize(w: torch.Tensor, fmt: FP8Format, name: str = "") -> tuple[torch.Ten
 
 
 def dequantize(w: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype, fmt: WeightFormat) -> torch.Tensor:
-    """A weight stored in fmt -> dtype: int8 bit patterns of E5M2, or of E4M3 times its per-row scales; float
-    weights pass through."""
+    """A weight stored in fmt -> dtype: int8 bit patterns of E5M2, or of E4M3 times its per-row scales, or blocks
+    (dequantize_blocks); float weights pass through."""
+    if fmt.is_block:
+        return dequantize_blocks(w, scale, fmt).to(dtype)
     assert (w.dtype == torch.int8) == (fmt != WeightFormat.float), f"{fmt.value} weights stored as {w.dtype}"
     if fmt == WeightFormat.float:
         return w
@@ -110,3 +114,83 @@ def keeps_fp32(name: str) -> bool:
 
 def scale_name(weight_name: str) -> str:
     return weight_name.removesuffix("weight") + "scale"
+
+
+# The block formats (GGUF Q8_0, Q4_0, Q4_1), in the layout the kernels read (config.WeightFormat): data (N, K) int8
+# or (N, K/2) uint8 nibbles, fp16 scales (N, K/32), Q4_1's (N, K/32, 2) (scale, min). Values are GGUF's: the
+# arithmetic below is gguf-py's reference quantizer and dequantizer, step for step in fp32, so the bits agree.
+
+def dequantize_blocks(w: torch.Tensor, scale: torch.Tensor, fmt: WeightFormat) -> torch.Tensor:
+    """A block-format weight -> fp32 (N, K), as gguf.quants.dequantize computes it (fp32 products, Q4_1 + min)."""
+    n = w.shape[0]
+    if fmt == WeightFormat.q8_0:
+        assert w.dtype == torch.int8, f"q8_0 weights are int8, got {w.dtype}"
+        return (w.float().view(n, -1, QK) * scale.float()[..., None]).view(n, -1)
+    assert w.dtype == torch.uint8, f"{fmt.value} weights are uint8 nibbles, got {w.dtype}"
+    q = w.view(n, -1, QK // 2)
+    q = torch.stack((q & 0x0F, q >> 4), dim=2).view(n, -1, QK)  # low nibbles are elements 0-15, high 16-31
+    if fmt == WeightFormat.q4_0:
+        return (scale.float()[..., None] * (q.to(torch.int8) - 8).float()).view(n, -1)
+    s = scale.float()
+    return (s[..., 0, None] * q.float() + s[..., 1, None]).view(n, -1)
+
+
+def quantize_blocks(w: torch.Tensor, fmt: WeightFormat) -> tuple[torch.Tensor, torch.Tensor]:
+    """w (N, K) float, K a multiple of 32 -> (data, scales) in fmt, bit for bit gguf.quants.quantize's blocks, on
+    w's device, in row chunks so that fp32 temporaries stay small."""
+    n, k = w.shape
+    if k % QK:
+        raise LlamafastError(f"{fmt.value} needs rows of whole 32-weight blocks; a row of {k} is not")
+    data = torch.empty((n, fmt.stored_cols(k)), dtype=torch.int8 if fmt == WeightFormat.q8_0 else torch.uint8,
+                       device=w.device)
+    scale = torch.empty(fmt.scale_shape(n, k), dtype=torch.float16, device=w.device)
+    for r0 in range(0, n, _ROWS_PER_CHUNK):
+        rows = slice(r0, r0 + _ROWS_PER_CHUNK)
+        data[rows], scale[rows] = _quantize_rows(w[rows].float().view(-1, k // QK, QK), fmt)
+    return data, scale
+
+
+def _quantize_rows(b: torch.Tensor, fmt: WeightFormat) -> tuple[torch.Tensor, torch.Tensor]:
+    """Blocks b (rows, K/32, 32) fp32 -> (data rows, scale rows)."""
+    rows = b.shape[0]
+    if fmt == WeightFormat.q8_0:
+        d = b.abs().amax(-1, keepdim=True) / 127
+        inv = torch.where(d == 0, torch.zeros_like(d), 1 / d)
+        v = b * inv
+        a = v.abs()
+        q = torch.sign(v) * (a.floor() + (2 * (a - a.floor())).floor())  # gguf-py's np_roundf
+        return q.to(torch.int8).view(rows, -1), d[..., 0].half()
+    if fmt == WeightFormat.q4_0:
+        mx = torch.gather(b, -1, b.abs().argmax(-1, keepdim=True))  # the value of largest magnitude, sign kept
+        d = mx / -8
+        inv = torch.where(d == 0, torch.zeros_like(d), 1 / d)
+        q = torch.trunc(b * inv + 8.5).clamp(0, 15).to(torch.uint8)
+        scale = d[..., 0].half()
+    else:
+        mx, mn = b.amax(-1, keepdim=True), b.amin(-1, keepdim=True)
+        d = (mx - mn) / 15
+        inv = torch.where(d == 0, torch.zeros_like(d), 1 / d)
+        q = torch.trunc((b - mn) * inv + 0.5).clamp(0, 15).to(torch.uint8)
+        scale = torch.stack((d[..., 0], mn[..., 0]), dim=-1).half()
+    return (q[..., : QK // 2] | (q[..., QK // 2:] << 4)).view(rows, -1), scale
+
+
+def from_gguf_blocks(raw: torch.Tensor, fmt: WeightFormat) -> tuple[torch.Tensor, torch.Tensor]:
+    """A GGUF tensor's bytes (N, K/32 * bytes per block) uint8 -> (data, scales) in the kernels' layout: the
+    quantized bytes of each row side by side, the fp16 scales (and Q4_1 mins) apart."""
+    n = raw.shape[0]
+    blocks = raw.view(n, -1, fmt.bytes_per_block())
+    head = 4 if fmt == WeightFormat.q4_1 else 2
+    scale = blocks[..., :head].contiguous().view(torch.float16)  # (N, K/32, head/2)
+    data = blocks[..., head:].contiguous().view(n, -1)
+    if fmt == WeightFormat.q8_0:
+        data = data.view(torch.int8)
+    return data, scale if fmt == WeightFormat.q4_1 else scale[..., 0].contiguous()
+
+
+def to_gguf_blocks(data: torch.Tensor, scale: torch.Tensor, fmt: WeightFormat) -> torch.Tensor:
+    """from_gguf_blocks' inverse: the bytes a GGUF file stores (N, K/32 * bytes per block) uint8."""
+    n = data.shape[0]
+    head = scale.reshape(n, -1, 2 if fmt == WeightFormat.q4_1 else 1).contiguous().view(torch.uint8)
+    body = data.view(torch.uint8).view(n, head.shape[1], -1)
+    return torch.cat((head, body), dim=-1).view(n, -1)

@@ -18,6 +18,7 @@ STAGES=(
   "launch-tables|1 H100|tuning.md: the decode kernels' launch tables (tune_7b*)|scripts/results"
   "fp8|1 H100|fp8.md: Speed (README's FP8 rows), per kernel with E5M2, convert-fp8 of a 7B checkpoint|scripts/results"
   "fp8-quality|CPU|fp8.md: Quality, SmolLM2 and stories260K|scripts/results/quality"
+  "quant|1 H100|quantized.md: Speed, Llama-2-7B bf16 beside its Q8_0, Q4_0 and Q4_1 copies|scripts/results/quant"
   "sparse|1 H100|sparse-ffn.md: Speed, per FFN call, its kernel split and launch sweep|scripts/results/sparse"
   "sparse-quality|CPU|sparse-ffn.md: Quality, SmolLM2 and stories260K|scripts/results/sparse/quality"
   "tp|2 H200|tensor-parallel.md: Results, TP=2 (nccl, symm) against TP=1 at 7B and 13B, prompt TTFT|scripts/results/tp/h200x2_2d97baa"
@@ -70,6 +71,11 @@ stage_fp8() {  # each FP8 model quantized from the bf16 weights it is timed besi
   python -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d[k] for k in ('seconds','bytes_written','peak_anon_rss_gb','saturated')})" \
     "$1/convert_7b.json"
   rm -rf "$src" "${src%-hf}-fp8"
+}
+
+stage_quant() {  # each block copy quantized on the device from the bf16 weights it is timed beside
+  llamafast bench decode --random-weights --shape llama-2-7b --backend triton --weights q8_0,q4_0,q4_1 \
+    --out "$1/bench_7b_blocks.json" | tee "$1/bench_7b_blocks.txt"
 }
 
 stage_fp8_quality() {  # reference path on the CPU, fp32 base

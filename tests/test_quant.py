@@ -83,3 +83,33 @@ def test_dequantize_passes_floats_through_and_checks_the_format():
     assert dequantize(w, None, torch.bfloat16, WeightFormat.float) is w
     with pytest.raises(AssertionError, match="fp8_e5m2 weights stored as torch.float32"):
         dequantize(w, None, torch.bfloat16, E5M2)
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1"])
+def test_blocks_equal_gguf_py_bit_for_bit(kind):
+    """quantize_blocks gives gguf-py's blocks (repacked: to_gguf_blocks), dequantize gives gguf-py's floats, and
+    the repacking goes both ways; zero blocks and ties of magnitude included."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, quants
+
+    from llamafast.config import WeightFormat
+    from llamafast.quant import dequantize, from_gguf_blocks, quantize_blocks, to_gguf_blocks
+
+    fmt, qtype = WeightFormat(kind.lower()), GGMLQuantizationType[kind]
+    w = torch.randn(37, 160, generator=torch.Generator().manual_seed(0)) * 0.05
+    w[0, :32], w[1, 5], w[1, 6] = 0.0, 3.0, -3.0
+    theirs = quants.quantize(w.numpy(), qtype)
+    data, scale = quantize_blocks(w, fmt)
+    assert np.array_equal(to_gguf_blocks(data, scale, fmt).numpy(), theirs)
+    back = from_gguf_blocks(torch.from_numpy(theirs), fmt)
+    assert torch.equal(back[0], data) and torch.equal(back[1], scale)
+    assert np.array_equal(dequantize(data, scale, torch.float32, fmt).numpy(), quants.dequantize(theirs, qtype))
+
+
+def test_blocks_refuse_partial_rows():
+    from llamafast.config import WeightFormat
+    from llamafast.errors import LlamafastError
+    from llamafast.quant import quantize_blocks
+
+    with pytest.raises(LlamafastError, match="whole 32-weight blocks"):
+        quantize_blocks(torch.randn(4, 48), WeightFormat.q4_0)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from llamafast.measure.common import copy_bandwidth, environment, now, random_prompt
-from llamafast.config import Backend, SamplingConfig, SparseLayout, SparseRun
+from llamafast.config import Backend, SamplingConfig, SparseLayout, SparseRun, Weight
 from llamafast.generate import Engine, stream_tokens
 from llamafast.backends import with_backend
 from llamafast.load import LoadedModel
@@ -90,6 +90,24 @@ def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_toke
     )
 
 
+def _params(model) -> int:
+    """The model's weights, counted in weights: a block-format tensor's packed nibbles and block scales as the
+    weights they hold (the first model may be a block copy alone), shared tensors once."""
+    blocks = {name.removesuffix(".weight") for name, fmt in model.tensor_formats.items() if fmt.is_block}
+    seen, total = set(), 0
+    for name, p in model.named_parameters(remove_duplicate=False):
+        module, _, kind = name.rpartition(".")
+        if p.data_ptr() in seen or (module in blocks and kind == "scale"):
+            continue
+        seen.add(p.data_ptr())
+        if module in blocks:
+            n, k = Weight(p, model.get_submodule(module).scale, model.get_submodule(module).fmt).shape
+            total += n * k
+        else:
+            total += p.numel()
+    return total
+
+
 def _run(engine: Engine, prompt: list[int], n: int) -> None:
     for _ in stream_tokens(engine, prompt, n):
         pass
@@ -135,7 +153,7 @@ def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: in
     backend with each of comms (tp/comm.py), the others against the nccl run."""
     lm = models[0]
     device = lm.model.tok_embeddings.weight.device
-    params = sum(p.numel() for p in {p.data_ptr(): p for p in lm.model.parameters()}.values())
+    params = _params(lm.model)
     prompt = _prompt(prompt_len, lm)
     report = BenchReport(
         lm.source, lm.format, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), params,

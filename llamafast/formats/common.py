@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from llamafast.config import ModelConfig, SparseLayout
+from llamafast.config import ModelConfig, SparseLayout, WeightFormat
 from llamafast.errors import LlamafastError
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
@@ -33,6 +33,9 @@ class TensorRef:
     # A slice read without the whole tensor (tensor-parallel ranks read only theirs). By default load()'s result
     # is narrowed: a view of a memory map then reads only the slice's pages when it is copied.
     narrow: Narrow | None = None
+    # A block format (GGUF's kept blocks): load() gives the file's bytes, (rows, blocks * bytes per block) uint8,
+    # while shape stays (rows, weights per row).
+    fmt: WeightFormat = WeightFormat.float
 
     def __post_init__(self) -> None:
         if self.narrow is None:

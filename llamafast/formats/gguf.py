@@ -1,5 +1,8 @@
-"""llama.cpp's GGUF files (`general.architecture = llama`), read with the `gguf` package (llama.cpp's own reader)
-and dequantized tensor by tensor through `gguf.quants` as they stream to the device.
+"""llama.cpp's GGUF files (`general.architecture = llama`), read with the `gguf` package (llama.cpp's own reader).
+Linear weights in Q8_0, Q4_0 or Q4_1 stay blocks: their refs hand on the file's bytes (uint8, one row of blocks per
+weight row) with the block format, and loading repacks them (quant.from_gguf_blocks). Every other tensor, the
+embedding table included, is dequantized through `gguf.quants` as it streams to the device; the metadata's
+"dequantized" line says which.
 
 GGUF stores shapes in ggml's order (fastest dimension first): `blk.0.ffn_down.weight` reads [1536, 576] for a
 (576, 1536) nn.Linear weight; the reader's arrays are already row-major (rows, cols). llama.cpp's converter
@@ -10,14 +13,17 @@ The tokenizer and chat template inside the file are handed to llamafast.tokenize
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from llamafast.config import QK, WeightFormat
 from llamafast.errors import LlamafastError
 from llamafast.formats.common import Checkpoint, TensorRef, config_from
+from llamafast.quant import dequantize_blocks, from_gguf_blocks
 
 GGUF_MAGIC = b"GGUF"
 
@@ -26,6 +32,11 @@ SUPPORTED = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K
 # What a dequantized tensor is handed on as: half precision for quantized weights (so "auto" picks bf16 on
 # CUDA), the stored float type otherwise.
 _AS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+
+# The block types kept as blocks, when the tensor is a linear weight.
+KEPT = {"Q8_0": WeightFormat.q8_0, "Q4_0": WeightFormat.q4_0, "Q4_1": WeightFormat.q4_1}
+_LINEAR = ("attention.wq.weight", "attention.wk.weight", "attention.wv.weight", "attention.wo.weight",
+           "feed_forward.w1.weight", "feed_forward.w2.weight", "feed_forward.w3.weight")
 
 _NAMES = {"token_embd": "tok_embeddings", "output_norm": "norm", "output": "output"}
 _LAYER_NAMES = {
@@ -60,7 +71,12 @@ def read_gguf(path: Path) -> Checkpoint:
             raise LlamafastError(f"{path}: tensor {t.name} has type {kind}; llamafast dequantizes "
                                  f"{', '.join(sorted(SUPPORTED))}")
         types[kind] += 1
-        tensors[_meta_name(t.name)] = _ref(t, path)
+        name = _meta_name(t.name)
+        tensors[name] = _ref(t, path, kind in KEPT and (name.endswith(_LINEAR) or name == "output.weight"))
+    _dequantize_mixed_qkv(tensors, path)
+    dequantized = Counter(f"{t.name.split('.')[-2]} {t.tensor_type.name}" for t in reader.tensors
+                          if t.tensor_type.name not in ("F32", "F16", "BF16")
+                          and not tensors.get(_meta_name(t.name), _NO_REF).fmt.is_block)
     params = {key: fields.get(gguf_key) for key, gguf_key in _CONFIG_KEYS.items()}
     params["vocab_size"] = tensors["tok_embeddings.weight"].shape[0] if "tok_embeddings.weight" in tensors else None
     params["rope_freq_factors"] = factors
@@ -73,6 +89,8 @@ def read_gguf(path: Path) -> Checkpoint:
         raise LlamafastError(f"{path}: head size {head_dim} is not embedding_length / head_count "
                              f"({config.dim} / {config.n_heads}), which llamafast does not support")
     metadata = {"tensor_types": ", ".join(f"{k} x{n}" for k, n in types.most_common()), "file_bytes": str(path.stat().st_size)}
+    if dequantized:
+        metadata["dequantized"] = ", ".join(f"{k} x{n}" for k, n in dequantized.most_common())
     ckpt = Checkpoint(path, "gguf", config, tensors, None, metadata)
     ckpt.embedded_tokenizer = {**_tokenizer_fields(reader), "chat_template": fields.get("tokenizer.chat_template")}
     return ckpt
@@ -132,9 +150,11 @@ def _meta_name(name: str) -> str:
     return name  # unknown: kept, so that validation names it
 
 
-def _ref(t, path: Path) -> TensorRef:
+def _ref(t, path: Path, keep: bool) -> TensorRef:
     shape = tuple(int(n) for n in reversed(t.shape))  # ggml order -> (rows, cols)
     dtype = _AS.get(t.tensor_type.name, torch.bfloat16)
+    if keep:
+        return _block_ref(t, path, shape, KEPT[t.tensor_type.name])
 
     def load() -> torch.Tensor:
         from gguf import quants
@@ -146,6 +166,53 @@ def _ref(t, path: Path) -> TensorRef:
 
     # whole blocks are dequantized, then the slice is copied out so that the full tensor is freed at once
     return TensorRef(shape, dtype, load, path.name, lambda dim, start, n: load().narrow(dim, start, n).clone())
+
+
+def _block_ref(t, path: Path, shape: tuple[int, ...], fmt: WeightFormat) -> TensorRef:
+    """A block-format weight as the file's bytes, (rows, K/32 blocks of bytes_per_block) uint8, checked whole."""
+    name, (rows, k) = t.name, shape
+    if k % QK:
+        raise LlamafastError(f"{path}: tensor {name} has rows of {k} weights, not whole 32-weight {fmt.value} blocks")
+    raw = np.asarray(t.data).view(np.uint8)
+    if raw.size != rows * k // QK * fmt.bytes_per_block():
+        raise LlamafastError(f"{path}: tensor {name} is truncated: {raw.size} bytes of {fmt.value} blocks, "
+                             f"{rows * k // QK * fmt.bytes_per_block()} expected")
+
+    def load() -> torch.Tensor:
+        return torch.from_numpy(raw.reshape(rows, -1).copy())  # the map is read-only; torch wants writable arrays
+
+    return TensorRef(shape, torch.uint8, load, path.name, lambda dim, start, n: load().narrow(dim, start, n), fmt)
+
+
+def _dequantize_mixed_qkv(tensors: dict[str, TensorRef], path: Path) -> None:
+    """wq, wk and wv are fused into one wqkv at load, which has one format: where theirs differ, all three are
+    dequantized."""
+    for name in [n for n in tensors if ".attention.wq." in n]:
+        parts = [name, name.replace(".wq.", ".wk."), name.replace(".wq.", ".wv.")]
+        if len({tensors[p].fmt for p in parts if p in tensors}) > 1:
+            for p in parts:
+                ref = tensors[p]
+                if ref.fmt.is_block:
+                    tensors[p] = _dequantized(ref)
+
+
+def without_blocks(ckpt: Checkpoint) -> Checkpoint:
+    """The checkpoint with its block weights read dequantized, as its other quantized tensors are: for what takes
+    float weights only (--fp8 quantizes them, tensor parallel shards them, convert-fp8, sparsify)."""
+    if not any(ref.fmt.is_block for ref in ckpt.tensors.values()):
+        return ckpt
+    tensors = {n: _dequantized(r) if r.fmt.is_block else r for n, r in ckpt.tensors.items()}
+    return dataclasses.replace(ckpt, tensors=tensors)
+
+
+def _dequantized(ref: TensorRef) -> TensorRef:
+    def load() -> torch.Tensor:
+        return dequantize_blocks(*from_gguf_blocks(ref.load(), ref.fmt), ref.fmt)
+
+    return TensorRef(ref.shape, torch.bfloat16, load, ref.origin)
+
+
+_NO_REF = TensorRef((), torch.float32, lambda: None, "")
 
 
 def _tokenizer_fields(reader) -> dict:

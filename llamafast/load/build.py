@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -19,9 +20,11 @@ from llamafast.formats.common import Progress
 from llamafast.model import Transformer
 from llamafast.quant import FP8Format
 from llamafast.tokenizers import Tokenizer, open_tokenizer
+from llamafast.load.blocks import block_state, head_format, random_block_states
 from llamafast.load.shard import Shard, check_shardable, load_shard, random_shard
 from llamafast.load.weights import (
-    checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, sparse_layout, weights_label,
+    block_formats, checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, sparse_layout,
+    weights_label,
 )
 
 _DTYPES = {DType.float32: torch.float32, DType.bfloat16: torch.bfloat16, DType.float16: torch.float16}
@@ -119,10 +122,13 @@ def load_model(
     else:
         state = load_state(ckpt, device, torch_dtype, progress, fp8)
     formats = (fp8.format, fp8.format) if fp8 else checkpoint_formats(ckpt)
-    model = build(ckpt.config, state, backend, *formats, sparse_layout(ckpt), shard)
+    blocks = {} if fp8 is not None or shard is not None else block_formats(ckpt)  # else read dequantized
+    model = build(ckpt.config, state, backend, *formats, sparse_layout(ckpt), shard, formats=blocks)
     _sync(device)
-    return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0,
-                       weights_label(formats[0], torch_dtype))
+    label = weights_label(formats[0], torch_dtype)
+    if blocks:  # the layers' formats, most common first: "q4_1" or "q4_0+q8_0"
+        label = "+".join(f.value for f, _ in Counter(blocks.values()).most_common())
+    return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0, label)
 
 
 def random_model(
@@ -159,6 +165,30 @@ def quantized(lm: LoadedModel, fp8: FP8Format) -> LoadedModel:
     model.comm = lm.model.comm
     _sync(lm.model.tok_embeddings.weight.device)
     return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, fp8.weights)
+
+
+def block_copy(lm: LoadedModel, fmt: WeightFormat) -> LoadedModel:
+    """The same model with its linear weights quantized to block format fmt from lm's float ones, on their device
+    (lm is kept: bench runs both); the LM head in blocks.head_format(fmt)."""
+    t0 = time.perf_counter()
+    model = build(lm.model.config, block_state(lm.model.state_dict(), fmt), lm.backend, fmt, head_format(fmt))
+    _sync(lm.model.tok_embeddings.weight.device)
+    return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, fmt.value)
+
+
+def random_block_models(shape: str, device: torch.device, dtype: DType, backend: Backend | None,
+                        fmts: list[WeightFormat], seed: int = 0) -> list[LoadedModel]:
+    """random_model's weights in each block format of fmts, made tensor by tensor so that the float model never
+    exists whole (70B Q4_0 on one GPU: 39 GB, not 138); each model's load_s is the whole build's."""
+    t0 = time.perf_counter()
+    config = model_config(shape)
+    torch_dtype = resolve_dtype(dtype, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
+    backend = resolve_backend(backend, device)
+    states = random_block_states(config, device, torch_dtype, fmts, seed)
+    models = [build(config, state, backend, fmt, head_format(fmt)) for fmt, state in zip(fmts, states)]
+    _sync(device)
+    return [LoadedModel(m, None, backend, "random", shape, time.perf_counter() - t0, fmt.value)
+            for m, fmt in zip(models, fmts)]
 
 
 def _tokenizer(ckpt: Checkpoint) -> Tokenizer:

@@ -21,6 +21,7 @@ from llamafast.formats import Checkpoint, expected_shapes
 from llamafast.formats.common import Progress, nbytes
 from llamafast.quant import FP8Format
 from llamafast.load.staging import Job
+from llamafast.formats.gguf import without_blocks
 from llamafast.load.weights import (
     _maybe_quantized, as_stored, check_loadable, check_memory, collect, device_bytes, random_tensor, sparse_layout,
     staged, tensor_plan,
@@ -154,6 +155,7 @@ def load_shard(
     if sparse_layout(ckpt) is not None:
         raise LlamafastError(f"{ckpt.path}: tensor parallel does not run sparsified checkpoints; run it without "
                              "--tp, or shard the dense checkpoint it was made from")
+    ckpt = without_blocks(ckpt)  # a GGUF's blocks: shards are float (or FP8) weights
     check_loadable(ckpt, fp8)
     check_shardable(ckpt.config, shard.world)
     plan = _plan(ckpt, shard, fp8)

@@ -12,9 +12,12 @@ import torch
 from llamafast.config import ModelConfig, SparseLayout, WeightFormat
 from llamafast.formats import Checkpoint, expected_shapes
 from llamafast.formats.common import Progress, nbytes
+from llamafast.formats.gguf import without_blocks
 from llamafast.errors import LlamafastError
 from llamafast.load.staging import Job, stream
-from llamafast.quant import FP8Format, is_quantized_linear, keeps_fp32, quantize_named, scale_name, scale_shape
+from llamafast.quant import (
+    FP8Format, from_gguf_blocks, is_quantized_linear, keeps_fp32, quantize_named, scale_name, scale_shape,
+)
 
 _CONFIG_FILE = {"meta": "params.json", "hf": "config.json", "llama2c": "the .bin header", "llamafast": "its metadata",
                 "gguf": "its GGUF metadata"}
@@ -78,8 +81,15 @@ def validate(ckpt: Checkpoint) -> None:
                 f"but {source} implies {list(expected[name])}"
             )
         fp8_ok = fmt != "native" and is_quantized_linear(name) and ref.dtype == torch.int8
-        if not (ref.dtype.is_floating_point or fp8_ok):
+        if not (ref.dtype.is_floating_point or fp8_ok or ref.fmt.is_block):
             raise LlamafastError(f"{ckpt.path}: {name} has dtype {ref.dtype}, which {fmt} weights do not allow")
+
+
+def block_formats(ckpt: Checkpoint) -> dict[str, WeightFormat]:
+    """The model's weights that the checkpoint keeps in a block format, each its own (a GGUF file's Q8_0, Q4_0 and
+    Q4_1 linear weights; wqkv takes wq's, which wk and wv share: formats/gguf.py)."""
+    return {name: ckpt.tensors[srcs[0]].fmt for name, srcs in tensor_plan(ckpt).items()
+            if ckpt.tensors[srcs[0]].fmt.is_block}
 
 
 def _is_int8(ckpt: Checkpoint, name: str) -> bool:
@@ -109,7 +119,7 @@ def read_tensor(ckpt: Checkpoint, sources: list[str], device: torch.device, dtyp
 
 def as_stored(name: str, t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """A checkpoint tensor on `device`: float ones in `dtype` (fp32 for keeps_fp32), FP8 bit patterns as stored."""
-    stored = t.dtype if t.dtype == torch.int8 else torch.float32 if keeps_fp32(name) else dtype
+    stored = t.dtype if t.dtype in (torch.int8, torch.uint8) else torch.float32 if keeps_fp32(name) else dtype
     return t.to(device=device, dtype=stored)
 
 
@@ -118,6 +128,7 @@ def check_loadable(ckpt: Checkpoint, fp8: FP8Format | None) -> None:
     validate(ckpt)
     if fp8 is not None and weight_format(ckpt) != "native":
         raise LlamafastError(f"{ckpt.path} already holds {weight_format(ckpt)} weights; drop --fp8")
+
 
 
 def load_state(
@@ -130,8 +141,11 @@ def load_state(
     """Reads each tensor once from its memory map straight to `device` in `dtype`; with fp8, quantizes the
     linear weights as they arrive (the in-memory twin of `llamafast convert-fp8`).
 
-    A CPU tensor already in `dtype` stays a view of the mapped file, so the model holds no second copy.
+    A CPU tensor already in `dtype` stays a view of the mapped file, so the model holds no second copy. A GGUF's
+    block weights stay blocks, unless fp8 asks for FP8 ones (they are then dequantized and quantized).
     """
+    if fp8 is not None:
+        ckpt = without_blocks(ckpt)
     check_loadable(ckpt, fp8)
     plan = tensor_plan(ckpt)
     if fp8 is not None and "output.weight" not in plan:  # tied: the LM head gets its own FP8 copy
@@ -139,18 +153,22 @@ def load_state(
     check_memory(sum(_loaded_bytes(ckpt, name, srcs, dtype, fp8) for name, srcs in plan.items()), device)
     read = {name: sum(nbytes(ckpt.tensors[s].shape, ckpt.tensors[s].dtype) for s in srcs)
             for name, srcs in plan.items()}
-    state = collect(_device_tensors(ckpt, plan, device, dtype), read, fp8, progress)
+    state = collect(_device_tensors(ckpt, plan, device, dtype), read, fp8, progress, block_formats(ckpt))
     state.setdefault("output.weight", state["tok_embeddings.weight"])  # tied embeddings
     return state
 
 
 def collect(tensors, read: dict[str, int], fp8: FP8Format | None,
-            progress: Progress | None) -> dict[str, torch.Tensor]:
-    """The state from (name, tensor on device) pairs as they arrive, linear weights quantized with fp8; progress
-    counts read[name], the checkpoint bytes each one took (load_state here, load/shard.py's load_shard)."""
+            progress: Progress | None, blocks: dict[str, WeightFormat] | None = None) -> dict[str, torch.Tensor]:
+    """The state from (name, tensor on device) pairs as they arrive, linear weights quantized with fp8, GGUF blocks
+    (blocks: their formats) repacked into the kernels' layout; progress counts read[name], the checkpoint bytes
+    each one took (load_state here, load/shard.py's load_shard)."""
     state, done, total = {}, 0, sum(read.values())
     for name, t in tensors:
-        state.update(_maybe_quantized(name, t, fp8))
+        if blocks and name in blocks:
+            state[name], state[scale_name(name)] = from_gguf_blocks(t, blocks[name])
+        else:
+            state.update(_maybe_quantized(name, t, fp8))
         done += read[name]
         if progress:
             progress(done, total)
@@ -163,7 +181,7 @@ def _device_tensors(ckpt: Checkpoint, plan: dict[str, list[str]], device: torch.
     for name, srcs in plan.items():
         refs = [ckpt.tensors[s] for s in srcs]
         shape = (sum(r.shape[0] for r in refs), *refs[0].shape[1:])
-        uniform = len({r.dtype for r in refs}) == 1
+        uniform = len({r.dtype for r in refs}) == 1 and not refs[0].fmt.is_block  # blocks: bytes, not (N, K)
         jobs[name] = Job(name, [r.load for r in refs], shape, refs[0].dtype) if uniform else None
     return staged(jobs, lambda name: read_tensor(ckpt, plan[name], device, dtype), device, dtype)
 
@@ -184,6 +202,9 @@ def staged(jobs: dict[str, Job | None], direct, device: torch.device, dtype: tor
 def _loaded_bytes(ckpt: Checkpoint, name: str, sources: list[str], dtype: torch.dtype, fp8: FP8Format | None) -> int:
     """Bytes one model tensor takes on the device: FP8 bit patterns 1 byte each, the rest in `dtype`."""
     shape = (sum(ckpt.tensors[s].shape[0] for s in sources), *ckpt.tensors[sources[0]].shape[1:])
+    fmt = ckpt.tensors[sources[0]].fmt
+    if fmt.is_block:  # the file's bytes, scales included
+        return shape[0] * shape[1] // 32 * fmt.bytes_per_block()
     return device_bytes(name, shape, ckpt.tensors[sources[0]].dtype, dtype, fp8)
 
 

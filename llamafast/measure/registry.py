@@ -16,10 +16,10 @@ import torch
 
 from llamafast import reference
 from llamafast.config import (
-    ModelConfig, SparseLayout, SparseMode, Weight, default_group_size, sparse_work_size,
+    ModelConfig, SparseLayout, SparseMode, Weight, WeightFormat, default_group_size, sparse_work_size,
 )
 from llamafast.model import rope_tables
-from llamafast.quant import FP8Format, quantize
+from llamafast.quant import FP8Format, quantize, quantize_blocks
 
 from llamafast.kernels import (
     decode_attention, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope, rmsnorm_swiglu, sparse_ffn,
@@ -43,11 +43,14 @@ def rand(*shape, dtype, device, scale=1.0):
     return (torch.randn(shape, device=device, dtype=torch.float32) * scale).to(dtype)
 
 
-def weight(n, k, dtype, device, fp8) -> Weight:
-    """A random (n, k) weight: float, or FP8 bit patterns in int8 (E4M3 with its row scales)."""
+def weight(n, k, dtype, device, fp8: FP8Format | WeightFormat | None) -> Weight:
+    """A random (n, k) weight: float, FP8 bit patterns in int8 (E4M3 with its row scales), or a block format
+    (WeightFormat.q8_0, q4_0, q4_1) with its block scales."""
     w = rand(n, k, dtype=dtype, device=device, scale=k**-0.5)
     if fp8 is None:
         return Weight(w)
+    if isinstance(fp8, WeightFormat):
+        return Weight(*quantize_blocks(w, fp8), fp8)
     q, scale, _ = quantize(w, fp8)
     return Weight(q, scale, fp8.format)
 
@@ -145,7 +148,10 @@ def _sparse_bytes(mode: SparseMode):
 def _gemv_bytes(n: Callable[[ModelConfig], int], k: Callable[[ModelConfig], int], out_bytes: int = 0):
     def count(c: ModelConfig, dtype, context, fp8=None):
         s = dtype.itemsize
-        weights = n(c) * k(c) * (1 if fp8 else s) + (4 * n(c) if fp8 == FP8Format.e4m3 else 0)
+        if isinstance(fp8, WeightFormat):  # whole blocks, scales included
+            weights = n(c) * k(c) // 32 * fp8.bytes_per_block()
+        else:
+            weights = n(c) * k(c) * (1 if fp8 else s) + (4 * n(c) if fp8 == FP8Format.e4m3 else 0)
         return weights + k(c) * s + n(c) * (out_bytes or s)
 
     return count

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from llamafast.formats import open_checkpoint
+from llamafast.formats.gguf import without_blocks
 from llamafast.tokenizers import open_tokenizer
 from llamafast.errors import LlamafastError
 from llamafast.quant import FP8Format, QuantStats, is_quantized_linear, quantize_named, scale_name, scale_shape
@@ -54,7 +55,7 @@ def convert_fp8(
     t0 = time.perf_counter()
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_destination(Path(dst), force, [src])  # before anything is read or written
-    ckpt = open_checkpoint(src, tokenizer)
+    ckpt = without_blocks(open_checkpoint(src, tokenizer))
     validate(ckpt)
     if weight_format(ckpt) != "native":
         raise LlamafastError(f"{src} already holds {weight_format(ckpt)} weights")

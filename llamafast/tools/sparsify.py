@@ -13,7 +13,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -22,6 +22,7 @@ from llamafast.config import SPARSE_LEVELS, Backend, SparseLayout, default_group
 from llamafast.errors import LlamafastError
 from llamafast.tools.convert import tokenizer_writer
 from llamafast.formats.writer import check_destination, save_checkpoint
+from llamafast.formats.gguf import without_blocks
 from llamafast.load import load_model, open_model
 from llamafast.quant import dequantize
 from llamafast.sparse import MIN_TOKENS, calibrate_layer, ffn_inputs, permuted
@@ -50,6 +51,8 @@ def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, g
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_destination(Path(dst), force, [src])
     opened = open_model(src, tokenizer)
+    # The sparse FFN runs float and FP8 weights: a GGUF's blocks are read dequantized, as convert-fp8 reads them.
+    opened = replace(opened, checkpoint=without_blocks(opened.checkpoint))
     ckpt, config = opened.checkpoint, opened.config
     if sparse_layout(ckpt) is not None:
         raise LlamafastError(f"{src} is already sparsified; sparsify its dense source instead")

@@ -85,7 +85,9 @@ def model_jobs(model: Transformer) -> list[Job]:
     if hasattr(ffn, "w2"):  # a sparsified FFN's down projection (w2t) runs on cuBLAS
         linears.append(("linear_residual[w2]", ffn.w2))
     linears.append(("rmsnorm_lm_head", model.output))
-    jobs = [Job(name, (*lin.weight.shape, lin.weight.element_size()), lin.fmt.fp8) for name, lin in linears]
+    # Block-format weights run gemv_config's default launch (their table keys name the format): none is swept.
+    jobs = [Job(name, (*lin.weight.shape, lin.weight.element_size()), lin.fmt.fp8) for name, lin in linears
+            if not lin.fmt.is_block]
     jobs.append(Job("decode_attention", (c.n_kv_heads // model.world, c.n_heads // c.n_kv_heads), None))
     return list({(j.table, j.key): j for j in jobs}.values())  # wo and w2 of one shape are one key
 

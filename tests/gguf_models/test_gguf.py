@@ -18,7 +18,7 @@ from llamafast.generate import Engine, stream_tokens
 from llamafast.load import bundled_model, load_model, open_model
 from llamafast.tokenizers import StreamDecoder
 from llamafast.tokenizers.chat import render_chat_template
-from llamafast.load.weights import load_state
+from llamafast.load.weights import block_formats, load_state
 
 from ..conftest import TESTDATA
 from ..formats import fused, meta_state, write_hf
@@ -102,7 +102,7 @@ def test_written_gguf_logits_equal_its_dequantized_weights(tmp_path, kind, confi
     shape = ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "hidden_dim", "rope_theta", "max_seq_len")
     assert [getattr(ckpt.config, f) for f in shape] == [getattr(config, f) for f in shape]
     assert ckpt.config.norm_eps == pytest.approx(config.norm_eps)  # stored as float32
-    ours = build(config, load_state(ckpt, torch.device("cpu"), torch.float32))
+    ours = build(config, load_state(ckpt, torch.device("cpu"), torch.float32), formats=block_formats(ckpt))
     rng = np.random.default_rng(0)  # the writer's blocks, made again in the same order
     expected = {}
     for name, t in state.items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llamafast.config import MODEL_CONFIGS, ModelConfig
+from llamafast.config import MODEL_CONFIGS, ModelConfig, WeightFormat
 from llamafast.quant import FP8Format
 
 from ..conftest import TOLERANCES
@@ -32,6 +32,18 @@ DOT_DTYPES = DTYPES if ON_GPU else [torch.float32, torch.float16]
 # Weights: float, E5M2 bit patterns, E4M3 with row scales. The reference gets the same FP8 weights,
 # dequantized, so the bf16/fp16 tolerances hold; quantization error itself is tested in test_quant.py.
 FP8 = [None, FP8Format.e5m2, FP8Format.e4m3]
+# The block formats (GGUF Q8_0, Q4_0, Q4_1), dequantized in registers; the reference dequantizes the same blocks.
+BLOCKS = [WeightFormat.q8_0, WeightFormat.q4_0, WeightFormat.q4_1]
+# Shapes whose K are multiples of 32, as blocks need: dim 160 and hidden 224 fill no BLOCK_K (masked tiles), dim 64
+# fills one (unmasked); their N (vocab 1000 and 300, F 224) are no multiple of a BLOCK_N.
+BLOCK_SHAPES = [
+    pytest.param(ModelConfig(dim=160, n_layers=1, n_heads=5, n_kv_heads=1, vocab_size=1000, hidden_dim=224,
+                             max_seq_len=80), id="k160"),
+    pytest.param(ModelConfig(dim=64, n_layers=1, n_heads=4, n_kv_heads=2, vocab_size=300, hidden_dim=96,
+                             max_seq_len=80), id="k64"),
+    *[pytest.param(MODEL_CONFIGS[n], id=n, marks=pytest.mark.gpu) for n in ("llama-2-7b", "smollm2-135m")],
+]
+BLOCK_DTYPES = [torch.float32, torch.float16, *([torch.bfloat16] if ON_GPU else [])]
 
 
 def tolerance(dtype: torch.dtype) -> dict:

@@ -13,7 +13,7 @@ from llamafast.kernels import linear_residual, rmsnorm_lm_head, rmsnorm_swiglu
 from llamafast.measure.registry import REGISTRY
 from llamafast.quant import FP8Format
 
-from .common import DEVICE, DTYPES, FP8, SHAPES, tolerance
+from .common import BLOCK_DTYPES, BLOCK_SHAPES, BLOCKS, DEVICE, DTYPES, FP8, SHAPES, tolerance
 
 GEMVS = [name for name, spec in REGISTRY.items() if spec.kernel in (linear_residual, rmsnorm_swiglu, rmsnorm_lm_head)]
 # The registry's kernels tested by their own modules: test_rmsnorm_qkv_rope, test_decode_attention, test_sparse_ffn.
@@ -32,6 +32,15 @@ def assert_matches_reference(spec, config: ModelConfig, dtype: torch.dtype, fp8:
 @pytest.mark.parametrize("config", SHAPES)
 def test_matches_reference(config, dtype, fp8, name):
     assert_matches_reference(REGISTRY[name], config, dtype, fp8)
+
+
+@pytest.mark.parametrize("name", GEMVS)
+@pytest.mark.parametrize("fmt", BLOCKS, ids=str)
+@pytest.mark.parametrize("dtype", BLOCK_DTYPES, ids=str)
+@pytest.mark.parametrize("config", BLOCK_SHAPES)
+def test_block_formats_match_reference(config, dtype, fmt, name):
+    """Q8_0, Q4_0, Q4_1 blocks dequantized in registers against the reference's dequantized blocks."""
+    assert_matches_reference(REGISTRY[name], config, dtype, fmt)
 
 
 def test_every_registry_kernel_is_tested():

@@ -7,7 +7,7 @@ import torch
 
 from llamafast.measure.registry import REGISTRY
 
-from .common import DEVICE, DTYPES, FP8, SHAPES, tolerance
+from .common import BLOCK_DTYPES, BLOCK_SHAPES, BLOCKS, DEVICE, DTYPES, FP8, SHAPES, tolerance
 
 SPEC = REGISTRY["rmsnorm_qkv_rope"]
 
@@ -17,6 +17,17 @@ SPEC = REGISTRY["rmsnorm_qkv_rope"]
 @pytest.mark.parametrize("config", SHAPES)
 @pytest.mark.parametrize("context", [1, 77])
 def test_matches_reference(config, dtype, context, fp8):
+    check_against_reference(config, dtype, context, fp8)
+
+
+@pytest.mark.parametrize("fmt", BLOCKS, ids=str)
+@pytest.mark.parametrize("dtype", BLOCK_DTYPES, ids=str)
+@pytest.mark.parametrize("config", BLOCK_SHAPES)
+def test_block_formats_match_reference(config, dtype, fmt):
+    check_against_reference(config, dtype, 7, fmt)
+
+
+def check_against_reference(config, dtype, context, fp8):
     (x, g, w, cos, sin, pos, k_cache, v_cache, eps), kw = SPEC.make_inputs(config, dtype, DEVICE, context, fp8)
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
     q_ref = SPEC.reference(x, g, w, cos, sin, pos, k_ref, v_ref, eps, **kw)

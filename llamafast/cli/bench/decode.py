@@ -10,8 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from llamafast.cli.bench.shared import (
-    FP8BesideOpt, JsonOpt, NewTokensOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt,
-    beside_tp1, check_backends, preloaded, readied, readied_as, target, times, token_counts,
+    BlockCopiesOpt, FP8BesideOpt, JsonOpt, NewTokensOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt,
+    beside_tp1, block_copies, check_backends, held_blocks, preloaded, readied, readied_as, target, times,
+    token_counts,
 )
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, parse_floats,
@@ -36,37 +37,39 @@ def decode(
     config: ConfigOpt = None,
     prompt_len: PromptLenOpt = None,
     new_tokens: NewTokensOpt = None,
-    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: all the device runs; triton alone with --fp8 or --tp].")] = None,
+    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: all the device runs, but persistent for a file of block weights; triton and persistent with --fp8; triton alone with --weights or --tp].")] = None,
     fp8: FP8BesideOpt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
+    weights: BlockCopiesOpt = None,
     tp: TPOpt = None,
     tp_comm: Annotated[Optional[list[TPComm]], typer.Option(help=TP_COMM_HELP + "; repeatable [default: both, side by side].")] = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ):
     """Load time, time to first token, decode tokens/s and achieved memory bandwidth per backend, on the same
-    weights (with --fp8 also on their FP8 copy). Under torchrun: each rank's shard with each --tp-comm, then the
-    whole model on rank 0's GPU (TP=1), where it fits."""
+    weights (with --fp8 also on their FP8 copy, with --weights on their block-format copies). Under torchrun: each
+    rank's shard with each --tp-comm, then the whole model on rank 0's GPU (TP=1), where it fits."""
     from llamafast.bench.decode import add_tp1
 
     fmt = fp8_format if fp8 else None
     with clean_errors(), tensor_parallel(tp, device) as ranks:
-        t, n_prompt, n_new, backends = on_every_rank(ranks, lambda: _decode_options(
+        t, n_prompt, n_new, backends, blocks = on_every_rank(ranks, lambda: _decode_options(
             model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens, backend,
-            fmt, tp_comm, ranks))
+            fmt, weights, tp_comm, ranks))
         # comms live to the end: the other ranks mapped a symm comm's buffers; the shards are freed on return
-        report, startup, comms = _timed(t, backends, fmt, tp_comm, ranks, n_prompt, n_new)
+        report, startup, comms = _timed(t, backends, fmt, blocks, tp_comm, ranks, n_prompt, n_new)
         beside_tp1(ranks, t, readied_as(backends), fmt, lambda models: add_tp1(report, models, backends))
         if ranks is None or ranks.leader:  # one report under torchrun, rank 0's (--out too)
             _emit(report, startup, json_out, out)
 
 
-def _timed(t, backends, fmt, tp_comm, ranks, n_prompt: int, n_new: int):
-    """t's weights (a rank's shard under tensor parallelism) timed with each backend and each --tp-comm; returns
-    the report, the Startup and the comms. The models are freed on return, before beside_tp1 needs the room."""
+def _timed(t, backends, fmt, blocks, tp_comm, ranks, n_prompt: int, n_new: int):
+    """t's weights (a rank's shard under tensor parallelism; with blocks, also their block-format copies) timed with
+    each backend and each --tp-comm; returns the report, the Startup and the comms. The models are freed on
+    return, before beside_tp1 needs the room."""
     from llamafast.bench.decode import run_bench
 
-    with readied(t, readied_as(backends), ranks, fmt) as (models, startup):
+    with readied(t, readied_as(backends), ranks, fmt, blocks) as (models, startup):
         comms = [None]
         if ranks:
             made = make_comms(ranks, models[0], tp_comm or [TPComm.symm, TPComm.nccl])
@@ -110,19 +113,23 @@ def sparse(
 
 
 def _decode_options(model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens,
-                    backend, fp8, tp_comm, ranks):
-    """The weights, token counts and backends, checked (on every rank alike) before any weights load."""
+                    backend, fp8, weights, tp_comm, ranks):
+    """The weights, token counts, backends and block copies, checked (on every rank alike) before any weights
+    load."""
     if tp_comm and not ranks:
         raise LlamafastError("--tp-comm applies only to a tensor-parallel run (torchrun ... --tp N)")
     t = target(model, tokenizer, random_weights, shape, device, dtype, config, out, ranks)
     n_prompt, n_new = token_counts(t, prompt_len, new_tokens)
     backends = backend or ([t.run.backend] if t.run.backend else None)
+    blocks = block_copies(weights, t, fp8, ranks, backends or [])
+    held = held_blocks(t, fp8, ranks, backends or [])
     if backends is None:
         cuda = t.device.type == "cuda"
-        fused = [Backend.triton] if ranks else [Backend.triton, Backend.persistent]
-        backends = fused if cuda and (fp8 or ranks) else list(Backend) if cuda else [Backend.reference]
+        fused = [Backend.triton] if ranks or blocks or held else [Backend.triton, Backend.persistent]
+        every = [b for b in Backend if b != Backend.persistent or not held]
+        backends = fused if cuda and (fp8 or blocks or ranks) else every if cuda else [Backend.reference]
     check_backends(backends, t.device, ranks)
-    return t, n_prompt, n_new, backends
+    return t, n_prompt, n_new, backends, blocks
 
 
 def _sparse_runs(t, sparsity: str, modes, group_size: int) -> list[SparseRun]:

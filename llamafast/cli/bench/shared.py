@@ -16,8 +16,8 @@ from llamafast.cli.common import (
     check_context, check_out, device_or_default, note, path_or, pick, preset, progress_bar, say_tuned, say_tuning, warn,
 )
 from llamafast.cli.presets import RunConfig
-from llamafast.config import MODEL_CONFIGS, Backend, DType, FP8Format, ModelConfig, model_config
-from llamafast.errors import LlamafastError
+from llamafast.config import MODEL_CONFIGS, Backend, DType, FP8Format, ModelConfig, WeightFormat, model_config
+from llamafast.errors import LlamafastError, persistent_refusal
 
 if TYPE_CHECKING:
     import torch
@@ -32,6 +32,7 @@ ShapeOpt = Annotated[Optional[str], typer.Option(help=f"Shape for --random-weigh
 PromptLenOpt = Annotated[Optional[int], typer.Option(help="Prompt tokens [default: 16].")]
 NewTokensOpt = Annotated[Optional[int], typer.Option(help="Tokens to decode [default: 256].")]
 FP8BesideOpt = Annotated[bool, typer.Option("--fp8", help="Also run FP8 weights quantized from the same float weights, beside them.")]
+BlockCopiesOpt = Annotated[Optional[list[str]], typer.Option("--weights", help="Also run block-format copies quantized on the device from the same float weights: q8_0, q4_0, q4_1 (comma-separated or repeatable); Q4 layers get a Q8_0 LM head.")]
 # The report.
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
 OutOpt = Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file (atomically).")]
@@ -120,15 +121,22 @@ def prompt_lengths(text: str | None, default: str, context: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def readied(t: Target, backend: Backend, ranks=None, fp8: FP8Format | None = None
+def readied(t: Target, backend: Backend, ranks=None, fp8: FP8Format | None = None, blocks: list[WeightFormat] = ()
             ) -> Iterator[tuple[list[LoadedModel], Startup]]:
     """t's model made ready by llamafast.runtime.ready (kernels preloaded, decode launches tuned; a rank's shard
-    under tensor parallelism), and with fp8 its FP8 copy beside it, tuned by runtime.ready_built; where the two
-    cannot fit together, the FP8 weights alone. The tuning is said on stderr as generate says it. Yields the models
-    and the first one's Startup."""
-    from llamafast.load import quantized
+    under tensor parallelism), and with fp8 its FP8 copy beside it, with blocks a copy in each block format, each
+    tuned by runtime.ready_built; where they cannot fit together, the copies alone. The tuning is said on stderr as
+    generate says it. Yields the models and the first one's Startup."""
+    from llamafast.load import block_copy, quantized, random_block_models
     from llamafast.runtime import ready, ready_built
 
+    if blocks and _blocks_alone(t, blocks):
+        models = random_block_models(t.source, t.device, t.dtype, backend, list(blocks))
+        startups = [ready_built(m, say_tuning) for m in models]
+        for startup in startups:
+            say_tuned(startup.tuning)
+        yield models, startups[0]
+        return
     alone = _fp8_alone(t, fp8) if ranks is None else None
     with contextlib.ExitStack() as stack:
         with progress_bar() as update:
@@ -141,7 +149,70 @@ def readied(t: Target, backend: Backend, ranks=None, fp8: FP8Format | None = Non
         if fp8 is not None and lm.weights != fp8.weights:
             models.append(quantized(lm, fp8))
             say_tuned(ready_built(models[-1], say_tuning).tuning)
+        for fmt in blocks:
+            models.append(block_copy(lm, fmt))
+            say_tuned(ready_built(models[-1], say_tuning).tuning)
         yield models, startup
+
+
+def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks,
+                 backends: list[Backend]) -> list[WeightFormat]:
+    """--weights: the block formats to time beside t's float weights, checked before any weights load (backends:
+    those asked for, by --backend or the preset)."""
+    from llamafast.config import BLOCK_FORMATS
+    from llamafast.load.blocks import check_blockable
+
+    names = [part.strip() for item in text or [] for part in item.split(",") if part.strip()]
+    bad = [n for n in names if n not in BLOCK_FORMATS]
+    if bad or (text and not names):
+        raise LlamafastError(f"--weights: expected {', '.join(BLOCK_FORMATS)}, got {(bad or text)[0]!r}")
+    if names and fp8 is not None:
+        raise LlamafastError("--weights and --fp8 each time a copy of the float weights; run one bench for each")
+    if names and ranks:
+        raise LlamafastError(f"tensor parallel runs float and FP8 weights, not {names[0]} blocks; drop --weights")
+    if names and Backend.persistent in backends:
+        raise persistent_refusal(names[0])
+    fmts = [WeightFormat(n) for n in dict.fromkeys(names)]
+    for fmt in fmts:
+        check_blockable(t.config, fmt)
+    if fmts and not isinstance(t.source, str):
+        _check_float(t.source.checkpoint)
+    return fmts
+
+
+def held_blocks(t: Target, fp8: FP8Format | None, ranks, backends: list[Backend]) -> bool:
+    """Whether t's layers are block weights kept as blocks (a GGUF's, unless --fp8 or tensor parallel reads them
+    dequantized): the persistent step runs none, so it is left out of the default backends, and refused by name
+    before any weights load."""
+    from llamafast.load.weights import block_formats
+
+    if isinstance(t.source, str) or fp8 is not None or ranks:
+        return False
+    held = sorted({f.value for n, f in block_formats(t.source.checkpoint).items() if n != "output.weight"})
+    if held and Backend.persistent in backends:
+        raise persistent_refusal(held[0])
+    return bool(held)
+
+
+def _check_float(ckpt) -> None:
+    from llamafast.load.weights import block_formats, checkpoint_formats
+
+    held = {f.value for f in block_formats(ckpt).values()} or {checkpoint_formats(ckpt)[0].value} - {"float"}
+    if held:
+        raise LlamafastError(f"--weights quantizes float weights, and {ckpt.path} holds {', '.join(sorted(held))} "
+                             "weights; bench it without --weights")
+
+
+def _blocks_alone(t: Target, blocks: list[WeightFormat]) -> bool:
+    """Whether the block copies are timed without the float model (said in one line): random weights whose float
+    model and copies cannot fit together. Decided before any is built; OutOfMemory where the copies alone cannot
+    fit either (or a checkpoint's float weights and copies cannot)."""
+    from llamafast.load.blocks import fit
+
+    why = fit(t.config, _weights(t)[0], list(blocks), t.device, alone_possible=isinstance(t.source, str))
+    if why:
+        note(f"{why}; timing the block copies alone")
+    return why is not None
 
 
 def _fp8_alone(t: Target, fp8: FP8Format | None) -> FP8Format | None:

@@ -1,0 +1,90 @@
+"""Block-format copies of float weights (bench --weights): every linear weight quantized to Q8_0, Q4_0 or Q4_1 on
+the device, tensor by tensor (quant.quantize_blocks), the embedding table and the norms shared with the float
+model. With Q4 layers the LM head is Q8_0: llama.cpp's Q4_0 files keep output.weight at 6 or 8 bits, since the
+logits are the error that sampling sees."""
+
+from __future__ import annotations
+
+import torch
+
+from llamafast.config import QK, ModelConfig, WeightFormat
+from llamafast.errors import LlamafastError
+from llamafast.formats import expected_shapes
+from llamafast.formats.common import nbytes
+from llamafast.load.weights import OutOfMemory, check_memory, free_memory, model_bytes, random_tensor
+from llamafast.quant import is_quantized_linear, quantize_blocks, scale_name
+
+
+def head_format(fmt: WeightFormat) -> WeightFormat:
+    """The LM head's format beside layers in fmt."""
+    return WeightFormat.q8_0 if fmt in (WeightFormat.q4_0, WeightFormat.q4_1) else fmt
+
+
+def check_blockable(config: ModelConfig, fmt: WeightFormat) -> None:
+    """Every linear weight's row (K: the width, or the FFN's for w2) is whole 32-weight blocks, checked before any
+    weight is made."""
+    for what, k in (("dim", config.dim), ("hidden_dim", config.hidden_dim)):
+        if k % QK:
+            raise LlamafastError(f"{fmt.value} needs rows of whole 32-weight blocks; this shape's {what} {k} is not")
+
+
+def block_bytes(config: ModelConfig, fmt: WeightFormat) -> int:
+    """Bytes a copy in fmt adds on the device: its linear weights as blocks, scales included."""
+    total = 0
+    for name, (n, k) in _linear_shapes(config).items():
+        total += n * (k // QK) * (head_format(fmt) if name == "output.weight" else fmt).bytes_per_block()
+    return total
+
+
+def fit(config: ModelConfig, dtype: torch.dtype, fmts: list[WeightFormat], device: torch.device,
+        alone_possible: bool) -> str | None:
+    """None when the float weights and every copy fit the device together; else why not, where the copies alone
+    (made tensor by tensor from random weights: alone_possible) fit. Where neither fits, OutOfMemory."""
+    linear = _linear_shapes(config)
+    scratch = 16 * 1024 * max(k for _, k in linear.values())  # quantize_blocks' fp32 temporaries, one row chunk
+    copies = sum(block_bytes(config, f) for f in fmts) + scratch
+    whole, free = model_bytes(config, dtype), free_memory(device)
+    if free is None or whole + copies <= free:
+        return None
+    names = ", ".join(f.value for f in fmts)
+    why = f"the {dtype} weights and their {names} copies need {(whole + copies) / 1e9:.1f} GB together"
+    shared = whole - sum(n * k for n, k in linear.values()) * dtype.itemsize
+    largest = max(nbytes(s, dtype) for s in expected_shapes(config, True).values())
+    alone = shared + largest + copies
+    if not alone_possible or alone > free:
+        more = "" if not alone_possible else f", the copies alone {alone / 1e9:.1f} GB"
+        raise OutOfMemory(f"out of memory: {why}{more}, and {free / 1e9:.1f} GB is free; time fewer formats at once")
+    return f"{why}, and {free / 1e9:.1f} GB is free"
+
+
+def block_state(state: dict[str, torch.Tensor], fmt: WeightFormat) -> dict[str, torch.Tensor]:
+    """A state dict with its float linear weights (LM head included) quantized to fmt (the head to head_format),
+    each with its scales; the rest shared, not copied."""
+    out = {}
+    for name, t in state.items():
+        if is_quantized_linear(name) and t.is_floating_point():
+            out[name], out[scale_name(name)] = quantize_blocks(t, head_format(fmt) if name == "output.weight" else fmt)
+        else:
+            out[name] = t
+    return out
+
+
+def random_block_states(config: ModelConfig, device: torch.device, dtype: torch.dtype, fmts: list[WeightFormat],
+                        seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """weights.random_state's numbers, one state per format, without the float model: each tensor is drawn on the
+    device, quantized to every format and dropped; the embedding table and the norms are shared."""
+    shapes = expected_shapes(config, fused=True)
+    shared = sum(nbytes(s, dtype) for n, s in shapes.items() if not is_quantized_linear(n))
+    largest = max(nbytes(s, dtype) for s in shapes.values())
+    check_memory(shared + largest + sum(block_bytes(config, f) for f in fmts), device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    states = [{} for _ in fmts]
+    for name, shape in shapes.items():
+        t = random_tensor(shape, device, dtype, gen)
+        for fmt, state in zip(fmts, states):
+            state.update(block_state({name: t}, fmt))
+    return states
+
+
+def _linear_shapes(config: ModelConfig) -> dict[str, tuple[int, int]]:
+    return {n: s for n, s in expected_shapes(config, True).items() if is_quantized_linear(n)}

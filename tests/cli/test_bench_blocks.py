@@ -1,0 +1,111 @@
+"""bench --weights q8_0,q4_0,q4_1: block-format copies of the float weights, quantized tensor by tensor on the
+device, timed beside them; alone where the float model and the copies cannot fit together."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from llamafast.cli import app
+from llamafast.config import MODEL_CONFIGS, ModelConfig, WeightFormat
+from llamafast.load.blocks import block_bytes, block_state, random_block_states
+from llamafast.load.weights import random_state
+from llamafast.quant import quantize_blocks
+
+runner = CliRunner()
+TINY = ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=256, hidden_dim=96, max_seq_len=64)
+BENCH = ["bench", "--random-weights", "--shape", "blocks-tiny", "--device", "cpu", "--backend", "reference",
+         "--new-tokens", "3", "--prompt-len", "2", "--json"]
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    monkeypatch.setitem(MODEL_CONFIGS, "blocks-tiny", TINY)
+
+
+def test_copies_are_quantize_blocks_of_the_float_weights_with_a_q8_0_head():
+    cpu = torch.device("cpu")
+    floats = random_state(TINY, cpu, torch.float32)
+    fmts = [WeightFormat.q8_0, WeightFormat.q4_0, WeightFormat.q4_1]
+    for fmt, drawn in zip(fmts, random_block_states(TINY, cpu, torch.float32, fmts)):
+        copy = block_state(floats, fmt)
+        assert drawn.keys() == copy.keys() and all(torch.equal(drawn[n], copy[n]) for n in copy)
+        head = WeightFormat.q8_0 if fmt != WeightFormat.q8_0 else fmt
+        assert torch.equal(copy["output.weight"], quantize_blocks(floats["output.weight"], head)[0])
+        w2 = "layers.1.feed_forward.w2.weight"
+        data, scale = quantize_blocks(floats[w2], fmt)
+        assert torch.equal(copy[w2], data) and torch.equal(copy[w2.replace("weight", "scale")], scale)
+        assert copy["tok_embeddings.weight"] is floats["tok_embeddings.weight"]  # shared, not copied
+        linear = sum(t.nbytes for n, t in copy.items() if n.endswith(".scale") or t.dtype in (torch.int8, torch.uint8))
+        assert linear == block_bytes(TINY, fmt)
+
+
+def test_bench_times_each_copy_beside_the_float_weights(tiny):
+    r = runner.invoke(app, [*BENCH, "--weights", "q8_0,q4_1", "--weights", "q4_0"])
+    assert r.exit_code == 0, r.stderr
+    results = json.loads(r.stdout)["results"]
+    assert [row["weights"] for row in results] == ["float32", "q8_0", "q4_1", "q4_0"]
+    per_token = [row["bytes_per_token"] for row in results]
+    assert per_token[0] > per_token[1] > per_token[2] > per_token[3]  # q4_1's (scale, min) pairs: 2 bytes more a block
+
+
+def test_bench_times_the_copies_alone_where_the_float_model_cannot_fit(tiny, monkeypatch):
+    weights = importlib.import_module("llamafast.load.weights")
+    blocks = importlib.import_module("llamafast.load.blocks")
+    floats = weights.model_bytes(TINY, torch.float32)
+    room = floats + 16 * 1024 * 96  # the float model and the quantizer's scratch, no room for the copies
+    monkeypatch.setattr(blocks, "free_memory", lambda device: room)
+    r = runner.invoke(app, [*BENCH, "--weights", "q4_0,q8_0"])
+    assert r.exit_code == 0, r.stderr
+    assert "timing the block copies alone" in r.stderr
+    report = json.loads(r.stdout)
+    assert [row["weights"] for row in report["results"]] == ["q4_0", "q8_0"]
+    assert report["params"] == sum(torch.Size(s).numel() for s in weights.expected_shapes(TINY, True).values())
+
+
+def test_bench_refuses_copies_that_cannot_fit_even_alone(tiny, monkeypatch):
+    blocks = importlib.import_module("llamafast.load.blocks")
+    monkeypatch.setattr(blocks, "free_memory", lambda device: 1000)
+    r = runner.invoke(app, [*BENCH, "--weights", "q4_0"])
+    assert r.exit_code == 1 and "time fewer formats at once" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_persistent_backend_refuses_block_layers_but_takes_a_block_lm_head():
+    """Its one-kernel step runs the layers' float and FP8 weights only; the LM head stays a per-op kernel."""
+    from llamafast.backends import build
+    from llamafast.config import Backend
+    from llamafast.errors import LlamafastError
+
+    floats = random_state(TINY, torch.device("cpu"), torch.float32)
+    with pytest.raises(LlamafastError, match="the persistent backend runs float and FP8 weights, not q4_0 blocks"):
+        build(TINY, block_state(floats, WeightFormat.q4_0), Backend.persistent, WeightFormat.q4_0, WeightFormat.q8_0)
+    data, scale = quantize_blocks(floats["output.weight"], WeightFormat.q8_0)
+    head = {**floats, "output.weight": data, "output.scale": scale}
+    model = build(TINY, head, Backend.persistent, WeightFormat.float, WeightFormat.q8_0)
+    assert model.weight_formats == (WeightFormat.float, WeightFormat.q8_0)
+
+
+@pytest.mark.parametrize("kind", ["F32", "Q4_0"])
+def test_bench_leaves_persistent_out_of_its_default_for_a_file_of_block_layers(tmp_path, monkeypatch, kind):
+    """On CUDA bench decode times every backend by default; with a GGUF's block layers all but persistent, and
+    --backend persistent is refused before any weights load."""
+    import dataclasses
+
+    from llamafast.config import Backend
+    from llamafast.errors import LlamafastError
+
+    from .bad_input_files import gguf
+
+    decode = importlib.import_module("llamafast.cli.bench.decode")  # the package's `decode` is the command
+    path, real = gguf(tmp_path, kind), decode.target
+    monkeypatch.setattr(decode, "target", lambda *a: dataclasses.replace(real(*a), device=torch.device("cuda")))
+    options = [str(path), None, False, None, "cpu", None, None, None, 4, 8]  # ..., out, prompt_len, new_tokens
+    backends = decode._decode_options(*options, None, None, None, None, None)[3]
+    assert backends == [b for b in Backend if kind == "F32" or b != Backend.persistent]
+    if kind != "F32":
+        with pytest.raises(LlamafastError, match="not q4_0 blocks; run them with --backend triton"):
+            decode._decode_options(*options, [Backend.persistent], None, None, None, None)

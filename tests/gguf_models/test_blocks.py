@@ -1,0 +1,112 @@
+"""GGUF block weights kept as blocks (Q8_0, Q4_0, Q4_1 linear weights): SmolLM2's Q4_1 file on the native path
+against the same file dequantized, refusals of bad block tensors, and a GGUF whose wq, wk, wv differ in type."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from llamafast import reference
+from llamafast.backends import build
+from llamafast.config import Backend, SamplingConfig, Weight, WeightFormat
+from llamafast.errors import LlamafastError
+from llamafast.formats import open_checkpoint
+from llamafast.generate import Engine, stream_tokens
+from llamafast.load import load_model
+from llamafast.load.weights import block_formats, load_state
+
+from ..formats import meta_state
+from .gguf_files import write_gguf
+from .test_gguf import GOLDEN, SMALL, SMOLLM2, requires_smollm2
+
+
+def dequantized(model, backend: Backend = Backend.reference):
+    """The same model with every block weight dequantized to fp32: what the loader made of the file before."""
+    state = {n: t for n, t in model.state_dict().items() if not n.endswith(".scale")}
+    linears = {n.removesuffix(".weight"): m for n, m in model.named_modules() if hasattr(m, "fmt")}
+    for name, fmt in model.tensor_formats.items():
+        if fmt.is_block:
+            m = linears[name.removesuffix(".weight")]
+            state[name] = reference.dense(Weight(m.weight, m.scale, fmt), torch.float32)
+    return build(model.config, state, backend)
+
+
+def greedy(model, ids: list[int], n: int, vocab: int) -> list[int]:
+    engine = Engine(model, SamplingConfig(temperature=0), len(ids) + n, n_vocab=vocab)
+    return list(stream_tokens(engine, ids, n))
+
+
+@requires_smollm2
+def test_smollm2_q4_1_stays_blocks_and_greedy_equals_dequantized():
+    lm = load_model(SMOLLM2, device=torch.device("cpu"), backend=Backend.reference)
+    layer = lm.model.layers[0]
+    assert lm.weights == "q4_1" and layer.attention.wqkv.fmt == WeightFormat.q4_1
+    assert layer.feed_forward.w2.weight.shape == (576, 1536 // 2) and layer.feed_forward.w2.weight.dtype == torch.uint8
+    assert lm.model.tok_embeddings.weight.dtype == torch.float32  # Q8_0 in the file, dequantized: a table
+    case = GOLDEN["greedy"][0]
+    ids, want = lm.tokenizer.encode(case["prompt"]), case["continuation_ids"]
+    assert greedy(lm.model, ids, len(want), lm.tokenizer.vocab_size) == want
+    assert greedy(dequantized(lm.model), ids, len(want), lm.tokenizer.vocab_size) == want
+
+
+@pytest.mark.slow
+@requires_smollm2
+def test_smollm2_q4_1_triton_interpreter_equals_dequantized():
+    """The decode kernels' in-register dequantization, on the interpreter, against the dequantized model."""
+    lm = load_model(SMOLLM2, device=torch.device("cpu"), backend=Backend.triton)
+    case = GOLDEN["greedy"][0]
+    ids = lm.tokenizer.encode(case["prompt"])
+    want = greedy(dequantized(lm.model), ids, 4, lm.tokenizer.vocab_size)
+    assert greedy(lm.model, ids, 4, lm.tokenizer.vocab_size) == want
+
+
+@pytest.mark.gpu
+@requires_smollm2
+def test_smollm2_q4_1_on_gpu_equals_dequantized():
+    """Triton on the GPU with block weights (CUDA graph) against the reference backend's dequantized model, fp32."""
+    lm = load_model(SMOLLM2, device=torch.device("cuda"), backend=Backend.triton, dtype="float32")
+    case = GOLDEN["greedy"][0]
+    ids, want = lm.tokenizer.encode(case["prompt"]), case["continuation_ids"]
+    assert greedy(lm.model, ids, len(want), lm.tokenizer.vocab_size) == want
+    assert greedy(dequantized(lm.model), ids, len(want), lm.tokenizer.vocab_size) == want
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1"])
+def test_written_gguf_keeps_blocks_and_matches_dequantized(tmp_path, kind):
+    state = meta_state(SMALL)
+    write_gguf(tmp_path / "m.gguf", SMALL, state, kind)
+    ckpt = open_checkpoint(tmp_path / "m.gguf")
+    formats = block_formats(ckpt)
+    assert set(formats.values()) == {WeightFormat(kind.lower())} and "layers.1.attention.wqkv.weight" in formats
+    loaded = load_state(ckpt, torch.device("cpu"), torch.float32)
+    ours = build(SMALL, loaded, formats=formats)
+    theirs = dequantized(ours)
+    tokens, pos = torch.tensor([0, 5, 17, 300, 42, 9]), torch.zeros((), dtype=torch.long)
+    for model in (ours, theirs):
+        model.setup_cache(16)
+    assert torch.equal(ours(tokens, pos, True), theirs(tokens, pos, True))
+
+
+@pytest.mark.parametrize("shape,nbytes,message", [((4, 48), 4 * 48 // 32 * 18, "not whole 32-weight q4_0 blocks"),
+                                                  ((4, 64), 4 * 2 * 18 - 5, "truncated")])
+def test_bad_block_tensors_refused(tmp_path, shape, nbytes, message):
+    """A row that is no whole number of blocks, or fewer bytes than the blocks need: one line, at open."""
+    from types import SimpleNamespace
+
+    from llamafast.formats.gguf import _block_ref
+
+    t = SimpleNamespace(name="blk.0.attn_q.weight", data=np.zeros(nbytes, dtype=np.uint8))
+    with pytest.raises(LlamafastError, match=message):
+        _block_ref(t, tmp_path / "m.gguf", shape, WeightFormat.q4_0)
+
+
+def test_sparsify_reads_a_gguf_s_blocks_dequantized(tmp_path):
+    """The sparse FFN runs float weights: sparsify calibrates on the blocks dequantized, and its checkpoint loads."""
+    from llamafast.tools.sparsify import sparsify
+
+    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_0")
+    text = "Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 20
+    sparsify(tmp_path / "m.gguf", tmp_path / "out", text, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
+    lm = load_model(tmp_path / "out", device=torch.device("cpu"), backend=Backend.reference)
+    assert lm.model.layout is not None and lm.weights != "q4_0"
