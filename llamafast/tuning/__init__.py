@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 from llamafast.measure.common import environment
-from llamafast.config import FP8Format, ModelConfig
+from llamafast.config import FP8Format, ModelConfig, WeightFormat
+from llamafast.kernels.gemv import gemv_key
 from llamafast.model import Transformer
 from llamafast.settings import settings
 from llamafast.tuning import cache
@@ -40,8 +41,10 @@ MIN_BYTES = 64 << 20
 @dataclass(frozen=True)
 class Job:
     kernel: str  # registry name (llamafast/measure/registry.py)
-    key: tuple[int, ...]  # its table's key: (N, K, bytes per weight) or (KVH, GROUP)
-    fp8: FP8Format | None  # the weights' format, for the sweep's inputs (E5M2 and E4M3 share 1-byte keys)
+    key: tuple  # its table's key: (N, K, bytes per weight or block format name) or (KVH, GROUP)
+    # The weights' format, for the sweep's inputs: FP8 (E5M2 and E4M3 share 1-byte keys), a block WeightFormat, or
+    # None (float).
+    fp8: FP8Format | WeightFormat | None
 
     @property
     def table(self) -> str:
@@ -77,17 +80,16 @@ def enabled() -> bool:
 
 
 def model_jobs(model: Transformer) -> list[Job]:
-    """The table keys model's decode step looks up: each GEMV weight's (N, K, bytes per element) as stored (FP8:
-    int8, 1 byte; a tensor-parallel shard's own shape), and attention's (KVH, GROUP)."""
+    """The table keys model's decode step looks up: each GEMV weight's kernels.gemv.gemv_key ((N, K, bytes per
+    element) as stored, FP8: int8, 1 byte; a tensor-parallel shard's own shape; (N, K, format) of block weights),
+    and attention's (KVH, GROUP)."""
     c, layer = model.config, model.layers[0]
     attention, ffn = layer.attention, layer.feed_forward
     linears = [("rmsnorm_qkv_rope", attention.wqkv), ("linear_residual[wo]", attention.wo), ("rmsnorm_swiglu", ffn.w1)]
     if hasattr(ffn, "w2"):  # a sparsified FFN's down projection (w2t) runs on cuBLAS
         linears.append(("linear_residual[w2]", ffn.w2))
     linears.append(("rmsnorm_lm_head", model.output))
-    # Block-format weights run gemv_config's default launch (their table keys name the format): none is swept.
-    jobs = [Job(name, (*lin.weight.shape, lin.weight.element_size()), lin.fmt.fp8) for name, lin in linears
-            if not lin.fmt.is_block]
+    jobs = [Job(name, gemv_key(lin.w), lin.fmt if lin.fmt.is_block else lin.fmt.fp8) for name, lin in linears]
     jobs.append(Job("decode_attention", (c.n_kv_heads // model.world, c.n_heads // c.n_kv_heads), None))
     return list({(j.table, j.key): j for j in jobs}.values())  # wo and w2 of one shape are one key
 

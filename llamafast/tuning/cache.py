@@ -12,6 +12,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from llamafast.config import BLOCK_FORMATS
 from llamafast.errors import LlamafastError
 from llamafast.formats.files import write_atomically
 from llamafast.settings import settings
@@ -29,7 +30,7 @@ class Entry:
     us: float  # its time in the sweep that picked it
 
 
-Entries = dict[tuple[str, tuple[int, ...]], Entry]  # (table name, key) -> entry
+Entries = dict[tuple[str, tuple], Entry]  # (table name, key) -> entry
 
 
 def tune_dir() -> Path:
@@ -91,7 +92,7 @@ def save(path: Path, new: Entries, header: dict) -> str | None:
     Returns why it could not be saved, or None."""
     entries = {**read(path)[0], **new}
     rows = [{"table": table, "key": list(key), "launch": asdict(e.launch), "us": e.us}
-            for (table, key), e in sorted(entries.items())]
+            for (table, key), e in sorted(entries.items(), key=lambda item: (item[0][0], str(item[0][1])))]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(path, json.dumps({"version": VERSION, **header, "launches": rows}, indent=1) + "\n")
@@ -118,8 +119,9 @@ def _entries(data: dict) -> Entries:
 
 def _check(table: str, key: tuple, launch: Launch) -> None:
     """What a launch needs to compile: positive integers, blocks and warps powers of two; keys of the right
-    length."""
-    values = (*key, *asdict(launch).values())
+    length, a GEMV key's last a byte count or a block format's name."""
+    block = table != "decode_attention" and len(key) == 3 and key[2] in BLOCK_FORMATS
+    values = (*(key[:2] if block else key), *asdict(launch).values())
     if len(key) != (2 if table == "decode_attention" else 3) or not all(type(v) is int and v > 0 for v in values):
         raise ValueError(f"bad entry {table} {list(key)}: {asdict(launch)}")
     for name, v in asdict(launch).items():

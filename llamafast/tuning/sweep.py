@@ -14,10 +14,10 @@ import torch
 
 from llamafast.measure.common import input_sets, time_in_graph
 from llamafast.measure.registry import REGISTRY, Inputs
-from llamafast.config import ModelConfig
+from llamafast.config import ModelConfig, WeightFormat
 from llamafast.kernels import COMMITTED
 from llamafast.kernels.decode_attention import AttentionConfig, default_config
-from llamafast.kernels.gemv import GemvConfig, gemv_config
+from llamafast.kernels.gemv import GemvConfig, gemv_config, gemv_key
 from llamafast.quant import FP8Format
 
 Launch = GemvConfig | AttentionConfig
@@ -71,7 +71,7 @@ def attention_candidates(quick: bool = False) -> list[AttentionConfig]:
 @dataclass
 class Sweep:
     kernel: str  # registry name
-    key: tuple[int, ...]  # its table's key: (N, K, bytes per weight) or (KVH, GROUP)
+    key: tuple  # its table's key: (N, K, bytes per weight or block format name) or (KVH, GROUP)
     nbytes: int  # the fewest bytes one call moves (registry.bytes_moved)
     times: dict[Launch, float]  # microseconds per call, by launch
     failed: dict[Launch, str]  # launches that did not run (the compiler rejected them, ...): the error's type
@@ -81,10 +81,11 @@ class Sweep:
         return min(self.times, key=self.times.get) if self.times else None
 
 
-def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.device, fp8: FP8Format | None = None,
-          context: int = 1, quick: bool = False, timer: Timer = graph_timer, most_sets: int | None = None) -> Sweep:
+def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.device,
+          fp8: FP8Format | WeightFormat | None = None, context: int = 1, quick: bool = False,
+          timer: Timer = graph_timer, most_sets: int | None = None) -> Sweep:
     """Times REGISTRY[kernel] at config's shape (context: attention's positions) with each candidate launch and
-    the default for the shape. On a GPU the calls cycle through enough input sets to flush L2 between them (at
+    the default for the shape; fp8: FP8 or block weights (their candidates are the 1-byte ones). On a GPU the calls cycle through enough input sets to flush L2 between them (at
     most most_sets); elsewhere (Triton's interpreter) there is one set."""
     spec = REGISTRY[kernel]
     nbytes = spec.bytes_moved(config, dtype, context, fp8)
@@ -113,5 +114,5 @@ def _key_and_default(kernel: str, args: tuple) -> tuple[tuple[int, ...], Launch]
         q, k_cache = args[0], args[1]  # (1, H, D), (KVH, L, D)
         kvh = k_cache.shape[0]
         return (kvh, q.shape[1] // kvh), default_config(kvh)
-    w = (args[1] if table_name(kernel) == "linear_residual" else args[2]).data  # a config.Weight
-    return (*w.shape, w.element_size()), gemv_config({}, w)
+    w = args[1] if table_name(kernel) == "linear_residual" else args[2]  # a config.Weight
+    return gemv_key(w), gemv_config({}, w)

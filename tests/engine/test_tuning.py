@@ -273,3 +273,35 @@ def test_the_sweep_hides_its_candidates_from_compile_watchers():
         assert knobs.runtime.jit_post_compile_hook is watcher
     finally:
         knobs.runtime.jit_post_compile_hook = saved
+
+
+def test_block_weights_are_tuned_under_keys_that_name_their_format():
+    """A Q4_0 model (Q8_0 LM head): its GEMVs swept on block inputs, saved under (N, K, format) keys, read back by
+    the next run, and the tuned model computes what the reference does on the same blocks."""
+    from llamafast.load.blocks import block_state
+
+    config = dataclasses.replace(ODD, hidden_dim=224)  # rows of whole 32-weight blocks
+    state = block_state(random_state(config, DEVICE, torch.float32), WeightFormat.q4_0)
+
+    def model():
+        return build(config, state, Backend.triton, WeightFormat.q4_0, WeightFormat.q8_0)
+
+    timer, tuned = FakeTimer(), model()
+    done = tuning.tune(tuning.prepare(tuned, timer))
+    assert done.warning is None
+    assert {key for (table, key) in done.launches if table != "decode_attention"} == {
+        (config.qkv_dim, config.dim, "q4_0"), (config.dim, config.dim, "q4_0"), (224, config.dim, "q4_0"),
+        (config.dim, 224, "q4_0"), (config.vocab_size, config.dim, "q8_0")}
+    default = gemv_config({}, tuned.layers[0].feed_forward.w2.w)  # swept beside the 1-byte quick list
+    best = min([*gemv_candidates(pair=False, fp8=True, quick=True), default], key=cost)
+    assert done.launches[("linear_residual", (config.dim, 224, "q4_0"))].launch == best
+    again = model()
+    assert tuning.prepare(again, timer).missing == [] and again.backend.launches == tuned.backend.launches
+    ref = with_backend(tuned, Backend.reference)
+    tokens = torch.tensor([1, 999, 17], device=DEVICE)
+    logits = []
+    for m in (tuned, ref):
+        m.setup_cache(3)
+        with torch.no_grad():
+            logits.append(torch.cat([m(tokens[i: i + 1], torch.tensor(i, device=DEVICE)) for i in range(3)]))
+    torch.testing.assert_close(logits[0], logits[1], **tolerance(torch.float32))
