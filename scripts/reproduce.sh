@@ -17,7 +17,7 @@ STAGES=(
   "prefill|1 H100|benchmarks.md: Prefill, Llama-2-7B on an H100, and the prefill kernels|scripts/results"
   "launch-tables|1 H100|tuning.md: the decode kernels' launch tables (tune_7b*)|scripts/results"
   "fp8|1 H100|fp8.md: Speed (README's FP8 rows), per kernel with E5M2, convert-fp8 of a 7B checkpoint|scripts/results"
-  "fp8-quality|CPU|fp8.md: Quality, SmolLM2 and stories260K|scripts/results/quality"
+  "quality|CPU|fp8.md: Quality, SmolLM2 (FP8 and block formats) and stories260K|scripts/results/quality"
   "quant|1 H100|quantized.md: Speed, Llama-2-7B bf16 beside its Q8_0, Q4_0 and Q4_1 copies|scripts/results/quant"
   "sparse|1 H100|sparse-ffn.md: Speed, per FFN call, its kernel split and launch sweep|scripts/results/sparse"
   "sparse-quality|CPU|sparse-ffn.md: Quality, SmolLM2 and stories260K|scripts/results/sparse/quality"
@@ -78,9 +78,10 @@ stage_quant() {  # each block copy quantized on the device from the bf16 weights
     --out "$1/bench_7b_blocks.json" | tee "$1/bench_7b_blocks.txt"
 }
 
-stage_fp8_quality() {  # reference path on the CPU, fp32 base
+stage_quality() {  # reference path on the CPU, fp32 base; stories260K's FFN rows (172) are not whole blocks
   local variants=(--variant fp8_e5m2 --variant fp8_e4m3 --variant bfloat16)
-  llamafast eval --device cpu --model "$smollm2_gguf" "${variants[@]}" --out "$1/smollm2.json" | tee "$1/smollm2.txt"
+  llamafast eval --device cpu --model "$smollm2_gguf" "${variants[@]}" --variant q8_0 --variant q4_0 --variant q4_1 \
+    --out "$1/smollm2.json" | tee "$1/smollm2.txt"
   llamafast eval --device cpu "${variants[@]}" --out "$1/stories260K.json" | tee "$1/stories260K.txt"
 }
 

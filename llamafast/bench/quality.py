@@ -127,13 +127,17 @@ def sparse_variant(lm: LoadedModel, run: SparseRun) -> LoadedModel:
 
 
 def make_variant(lm: LoadedModel, name: str) -> LoadedModel:
-    """The base model's weights as `name`: FP8 quantized from them, or the whole model in another dtype."""
+    """The base model's weights as `name`: FP8 or GGUF blocks quantized from them (blocks with a Q8_0 LM head
+    beside Q4 layers, load.blocks.head_format), or the whole model in another dtype."""
     from llamafast.backends import build
-    from llamafast.load import quantized
+    from llamafast.config import WeightFormat
+    from llamafast.load import block_copy, quantized
     from llamafast.quant import FP8Format
 
     if name.startswith("fp8_"):
         return quantized(lm, FP8Format(name.removeprefix("fp8_")))
+    if name.startswith("q"):
+        return block_copy(lm, WeightFormat(name))
     dtype = getattr(torch, name)
     state = {k: v.to(dtype) if v.is_floating_point() and not k.endswith(".scale") else v
              for k, v in lm.model.state_dict().items()}

@@ -1,4 +1,4 @@
-"""`llamafast eval`: what FP8 weights or another dtype cost in quality on a real model (perplexity, KL divergence
+"""`llamafast eval`: what FP8 or block weights or another dtype cost in quality on a real model (perplexity, KL divergence
 of the next-token distribution from the base model, top-1 agreement), as a table or JSON."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def eval_command(
             raise LlamafastError(f"--prompts must be 1..{len(PROMPTS)}, --tokens at least 1, --window at least 2")
         check_seed(seed, room=prompts - 1)  # prompt i samples with seed + i
         dev = device_or_default(device)
-        opened = open_model(model, tokenizer)
+        opened = _float_base(open_model(model, tokenizer), names)
         if runs:
             require_routers(opened.checkpoint)
         context = opened.config.max_seq_len
@@ -80,6 +80,20 @@ def eval_command(
             skipped = "-" if r.groups_skipped is None else f"{100 * r.groups_skipped:.1f}%"
             table.add_row(r.name, f"{r.perplexity:.4f}", *kl, agree, skipped)
         console.print(table)
+
+
+def _float_base(opened, names):
+    """The model the variants are quantized from, in float: a GGUF file's blocks read dequantized (its other
+    quantized tensors always are). Weights stored in FP8 or blocks by llamafast have no float copy to quantize."""
+    from llamafast.formats.gguf import without_blocks
+    from llamafast.load import OpenedModel
+    from llamafast.load.weights import weight_format
+
+    held = weight_format(opened.checkpoint)
+    if names and held != "native":
+        raise LlamafastError(f"{opened.checkpoint.path} holds {held} weights, and --variant quantizes float weights: "
+                             "evaluate the float checkpoint it was made from")
+    return OpenedModel(without_blocks(opened.checkpoint), opened.tokenizer)
 
 
 def _score(base, names, runs, text, prompts, tokens, seed, window):

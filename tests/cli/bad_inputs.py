@@ -229,6 +229,10 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("eval", f"--seed {2**64}", lambda t: ["--seed", str(2**64)], "--seed"),
         Case("eval", "a --seed whose last prompt's seed is past the range",
              lambda t: ["--seed", str(2**64 - 1), "--prompts", "2"], "--seed"),
+        Case("eval", "--variant q4_0 of a model whose FFN rows are not whole 32-weight blocks",
+             lambda t: ["--variant", "q4_0"], "whole 32-weight blocks"),
+        Case("eval", "--variant of an FP8 checkpoint", lambda t: ["--model", str(converted(t)), "--variant", "q8_0"],
+             "holds fp8_e5m2 weights"),
     ],
     "sparsify and --sparsity": [
         Case("sparsify", "a calibration text too short",

@@ -330,6 +330,20 @@ def test_eval_scores_variants_against_the_base(tmp_path):
     assert r.exit_code == 0 and json.loads(r.stdout)["source"].startswith("text ")
 
 
+def test_eval_scores_block_variants_of_a_gguf_s_dequantized_weights(tmp_path):
+    """A Q4_1 GGUF's base is its weights dequantized to float; each block variant is quantized from them, and
+    Q8_0's 8 bits cost less than Q4_0's 4."""
+    from .bad_input_files import gguf
+
+    path = gguf(tmp_path, "Q4_1")
+    r = _run("eval", "--model", str(path), "--prompts", "2", "--tokens", "16", "--variant", "q8_0", "--variant",
+             "q4_0", "--json")
+    assert r.exit_code == 0, r.stderr
+    base, q8, q4 = json.loads(r.stdout)["results"]
+    assert base["name"] == "base (float32)" and [q8["name"], q4["name"]] == ["q8_0", "q4_0"]
+    assert 0 < q8["kl_mean"] < q4["kl_mean"]
+
+
 def test_eval_text_scores_a_capped_number_of_tokens_with_a_progress_bar(tmp_path, monkeypatch):
     """A long --text is scored up to --tokens (16,384 by default), said on stderr, with a bar per scored piece."""
     import contextlib
