@@ -23,6 +23,7 @@ from llamafast.load import block_copy, bundled_model, load_model
 from llamafast.load.blocks import head_format
 from llamafast.quant import to_gguf_blocks
 from llamafast.tools import quantize as quantize_module
+from llamafast.tools.describe import describe_checkpoint
 from llamafast.tools.quantize import quantize_checkpoint
 
 from .formats import fused, meta_state, write_hf, write_meta
@@ -193,6 +194,23 @@ def test_block_scales_must_be_fp16(source, tmp_path):
     save_file(tensors, file, metadata=meta)
     with pytest.raises(LlamafastError, match="layers.0.attention.wo.scale has dtype torch.float32; q8_0"):
         load_model(tmp_path / "q", device=CPU)
+
+
+def test_info_shows_formats_and_stored_bytes(source, tmp_path):
+    """Bytes per token count the blocks as stored (18 bytes per 32 Q4_0 weights, 34 per Q8_0 head block), the
+    norms and one fp32 embedding row; parameters count weights, not bytes."""
+    quantize_checkpoint(source, tmp_path / "q", WeightFormat.q4_0, device=CPU)
+    info = describe_checkpoint(tmp_path / "q")
+    c = SMALL
+    layer = c.qkv_dim * c.dim + c.dim * c.dim + 3 * c.hidden_dim * c.dim
+    blocks = c.n_layers * layer // 32 * 18 + c.vocab_size * c.dim // 32 * 34
+    norms = (2 * c.n_layers + 1) * c.dim * 4
+    assert info["weight_bytes_per_token"] == blocks + norms + c.dim * 4
+    assert info["parameters"] == c.n_layers * layer + 2 * c.vocab_size * c.dim + norms // 4
+    assert info["weights"] == "q4_0" and info["formats"] == {
+        "attention": "q4_0", "ffn": "q4_0", "lm_head": "q8_0", "embedding": "float32", "norms": "float32"}
+    r = CliRunner().invoke(app, ["info", "--model", str(tmp_path / "q")])
+    assert r.exit_code == 0 and "attention: q4_0, ffn: q4_0, lm_head: q8_0, embedding: float32" in r.stdout
 
 
 def test_cli_reports_and_writes(source, tmp_path):
