@@ -225,3 +225,23 @@ def test_cli_reports_and_writes(source, tmp_path):
     report = json.loads(r.stdout)
     assert report["output"] == "llamafast" and report["format"] == "q8_0" and len(report["stats"]) == 11
 
+
+def test_eval_and_bench_quantize_from_a_block_base(source, tmp_path):
+    """eval scores block variants of a float model, and FP8 variants of a block checkpoint (its blocks dequantized
+    first, as --fp8 reads a GGUF file's); bench --fp8 times the FP8 copy beside the block model."""
+    import json
+
+    r = CliRunner().invoke(app, ["eval", "--model", str(source), "--variant", "q8_0", "--variant", "q4_1",
+                                 "--prompts", "1", "--tokens", "8", "--device", "cpu", "--json"])
+    assert r.exit_code == 0, r.stderr
+    rows = {row["name"]: row for row in json.loads(r.stdout)["results"]}
+    assert rows["q8_0"]["kl_mean"] < rows["q4_1"]["kl_mean"]
+    quantize_checkpoint(source, tmp_path / "q", WeightFormat.q4_0, device=CPU)
+    r = CliRunner().invoke(app, ["eval", "--model", str(tmp_path / "q"), "--prompts", "1", "--tokens", "8",
+                                 "--device", "cpu", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert [row["name"] for row in json.loads(r.stdout)["results"]] == ["base (q4_0)", "fp8_e5m2", "fp8_e4m3"]
+    r = CliRunner().invoke(app, ["bench", "decode", "--model", str(tmp_path / "q"), "--fp8", "--device", "cpu",
+                                 "--new-tokens", "4", "--prompt-len", "4", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert [row["weights"] for row in json.loads(r.stdout)["results"]] == ["q4_0", "fp8_e5m2"]

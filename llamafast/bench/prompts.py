@@ -7,4 +7,4 @@ PROMPTS = [
     "The weather tomorrow will be", "Photosynthesis is the process by which",
 ]
 
-VARIANTS = ("fp8_e5m2", "fp8_e4m3", "bfloat16", "float16", "float32")
+VARIANTS = ("fp8_e5m2", "fp8_e4m3", "q8_0", "q4_0", "q4_1", "bfloat16", "float16", "float32")
