@@ -227,6 +227,18 @@ class FP8Format(str, Enum):
         return WeightFormat(self.weights)
 
 
+class BlockFormat(str, Enum):
+    """What quantize --format asks for: one of GGUF's block formats (WeightFormat's q8_0, q4_0, q4_1)."""
+
+    q8_0 = "q8_0"
+    q4_0 = "q4_0"
+    q4_1 = "q4_1"
+
+    @property
+    def format(self) -> WeightFormat:
+        return WeightFormat(self.value)
+
+
 class SparseMode(str, Enum):
     """How a sparse FFN picks the neuron groups it runs for a token (llamafast/sparse/)."""
 

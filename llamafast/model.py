@@ -14,7 +14,7 @@ from torch import nn
 
 from llamafast.config import ModelConfig, SparseLayout, SparseMode, SparseRun, Weight, WeightFormat, sparse_work_size
 from llamafast.errors import LlamafastError, persistent_refusal
-from llamafast.quant import is_quantized_linear
+from llamafast.quant import block_dtype, is_quantized_linear
 
 if TYPE_CHECKING:
     from llamafast.backends import BackendOps
@@ -315,9 +315,8 @@ def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backe
 def _check_format(name: str, linear: _Linear) -> None:
     fmt, w, scale = linear.fmt, linear.weight, linear.scale
     if fmt.is_block:
-        stored = torch.int8 if fmt == WeightFormat.q8_0 else torch.uint8
         n, k = Weight(w, scale, fmt).shape
-        ok = w.dtype == stored and scale is not None and scale.dtype == torch.float16 and not k % 32
+        ok = w.dtype == block_dtype(fmt) and scale is not None and scale.dtype == torch.float16 and not k % 32
         if not ok or tuple(scale.shape) != fmt.scale_shape(n, k):
             raise LlamafastError(f"{name}.weight is {w.dtype} {tuple(w.shape)} with scales "
                                  f"{None if scale is None else tuple(scale.shape)}, which is not {fmt.value} blocks")

@@ -120,6 +120,11 @@ def scale_name(weight_name: str) -> str:
 # or (N, K/2) uint8 nibbles, fp16 scales (N, K/32), Q4_1's (N, K/32, 2) (scale, min). Values are GGUF's: the
 # arithmetic below is gguf-py's reference quantizer and dequantizer, step for step in fp32, so the bits agree.
 
+def block_dtype(fmt: WeightFormat) -> torch.dtype:
+    """The data tensor's dtype: Q8_0's quants are int8, Q4's bytes of two nibbles uint8."""
+    return torch.int8 if fmt == WeightFormat.q8_0 else torch.uint8
+
+
 def dequantize_blocks(w: torch.Tensor, scale: torch.Tensor, fmt: WeightFormat) -> torch.Tensor:
     """A block-format weight -> fp32 (N, K), as gguf.quants.dequantize computes it (fp32 products, Q4_1 + min)."""
     n = w.shape[0]
@@ -141,8 +146,7 @@ def quantize_blocks(w: torch.Tensor, fmt: WeightFormat) -> tuple[torch.Tensor, t
     n, k = w.shape
     if k % QK:
         raise LlamafastError(f"{fmt.value} needs rows of whole 32-weight blocks; a row of {k} is not")
-    data = torch.empty((n, fmt.stored_cols(k)), dtype=torch.int8 if fmt == WeightFormat.q8_0 else torch.uint8,
-                       device=w.device)
+    data = torch.empty((n, fmt.stored_cols(k)), dtype=block_dtype(fmt), device=w.device)
     scale = torch.empty(fmt.scale_shape(n, k), dtype=torch.float16, device=w.device)
     for r0 in range(0, n, _ROWS_PER_CHUNK):
         rows = slice(r0, r0 + _ROWS_PER_CHUNK)
@@ -158,7 +162,8 @@ def _quantize_rows(b: torch.Tensor, fmt: WeightFormat) -> tuple[torch.Tensor, to
         inv = torch.where(d == 0, torch.zeros_like(d), 1 / d)
         v = b * inv
         a = v.abs()
-        q = torch.sign(v) * (a.floor() + (2 * (a - a.floor())).floor())  # gguf-py's np_roundf
+        whole = a.floor()
+        q = torch.sign(v) * (whole + (2 * (a - whole)).floor())  # gguf-py's np_roundf
         return q.to(torch.int8).view(rows, -1), d[..., 0].half()
     if fmt == WeightFormat.q4_0:
         mx = torch.gather(b, -1, b.abs().argmax(-1, keepdim=True))  # the value of largest magnitude, sign kept

@@ -1,6 +1,6 @@
-"""The quality lab behind `llamafast eval`: what a weight variant (another dtype, FP8) costs against the base
-model on the same token stream, in llama.cpp's quality figures: perplexity of each, and the KL divergence of the
-next-token distribution from the base's (mean, median, 99th percentile) with top-1 agreement.
+"""The quality lab behind `llamafast eval`: what a weight variant (another dtype, FP8, GGUF blocks) costs against
+the base model on the same token stream, in llama.cpp's quality figures: perplexity of each, and the KL divergence
+of the next-token distribution from the base's (mean, median, 99th percentile) with top-1 agreement.
 
 The stream is a user's text, or text the base model samples from a fixed set of prompts with a fixed seed (so
 no corpus is needed). Each piece of it runs teacher-forced through every model in one prefill, all positions'
@@ -127,19 +127,19 @@ def sparse_variant(lm: LoadedModel, run: SparseRun) -> LoadedModel:
 
 
 def make_variant(lm: LoadedModel, name: str) -> LoadedModel:
-    """The base model's weights as `name`: FP8 or GGUF blocks quantized from them (blocks with a Q8_0 LM head
-    beside Q4 layers, load.blocks.head_format), or the whole model in another dtype."""
+    """The base model's weights as `name`: FP8 or GGUF blocks quantized from them (block weights dequantized
+    first), or the whole model in another dtype."""
     from llamafast.backends import build
-    from llamafast.config import WeightFormat
+    from llamafast.config import BLOCK_FORMATS, WeightFormat
     from llamafast.load import block_copy, quantized
     from llamafast.quant import FP8Format
 
     if name.startswith("fp8_"):
         return quantized(lm, FP8Format(name.removeprefix("fp8_")))
-    if name.startswith("q"):
+    if name in BLOCK_FORMATS:
         return block_copy(lm, WeightFormat(name))
     dtype = getattr(torch, name)
     state = {k: v.to(dtype) if v.is_floating_point() and not k.endswith(".scale") else v
              for k, v in lm.model.state_dict().items()}
-    model = build(lm.model.config, state, lm.backend, *lm.model.weight_formats)
+    model = build(lm.model.config, state, lm.backend, *lm.model.weight_formats, formats=lm.model.tensor_formats)
     return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, 0.0, name)

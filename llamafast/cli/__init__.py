@@ -1,8 +1,8 @@
 """The llamafast command line: each command parses, calls the library, and prints what it returns.
 
-One module per command: generate.py, chat.py, serve.py, info.py, convert.py, eval.py, sparsify.py, and bench/
-for bench's subcommands; common.py holds the shared options, the console and clean errors, presets.py the TOML
-run presets.
+One module per command: generate.py, chat.py, serve.py, info.py, convert.py, quantize.py, eval.py, sparsify.py, and
+bench/ for bench's subcommands; common.py holds the shared options, the console and clean errors, presets.py the
+TOML run presets.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from llamafast.cli.convert import convert_fp8
 from llamafast.cli.eval import eval_command
 from llamafast.cli.generate import generate
 from llamafast.cli.info import info
+from llamafast.cli.quantize import quantize
 from llamafast.cli.serve import serve
 from llamafast.cli.sparsify import sparsify
 from llamafast.cli.tp import check_settings, refuse_under_torchrun
@@ -82,6 +83,7 @@ app.command()(chat)
 app.command("convert-fp8")(convert_fp8)
 app.command()(generate)
 app.command()(info)
+app.command()(quantize)
 app.command()(serve)
 app.command("eval")(eval_command)
 app.command()(sparsify)

@@ -44,6 +44,8 @@ BackendOpt = Annotated[Optional[Backend], typer.Option(help="Decode backend [def
 GENERATE_KEYS = {"model", "tokenizer", "device", "dtype", "backend", "max_new_tokens", "sampling"}
 FP8Opt = Annotated[bool, typer.Option("--fp8", help="Quantize a float checkpoint's linear weights to FP8 as it loads.")]
 FP8FormatOpt = Annotated[FP8Format, typer.Option(help="FP8 format: e5m2 (no scales) or e4m3 (per-channel scales, compute capability 8.9+).")]
+# convert-fp8's and quantize's: a report printed as a table unless --json asks for JSON.
+ReportJsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of a table.")]
 
 
 @contextlib.contextmanager

@@ -10,7 +10,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from llamafast.cli.common import DeviceOpt, FP8FormatOpt, TokenizerOpt, clean_errors, err, progress_bar, stdout_console
+from llamafast.cli.common import (
+    DeviceOpt, FP8FormatOpt, ReportJsonOpt, TokenizerOpt, clean_errors, err, progress_bar, stdout_console,
+)
 from llamafast.config import FP8Format
 
 
@@ -22,7 +24,7 @@ def convert_fp8(
     force: Annotated[bool, typer.Option("--force", help="Overwrite DST if it exists.")] = False,
     tokenizer: TokenizerOpt = None,
     device: DeviceOpt = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of a table.")] = False,
+    json_out: ReportJsonOpt = False,
 ):
     """Convert a checkpoint's linear weights to FP8 (E5M2 bit patterns in int8, or scaled E4M3)."""
     from llamafast.tools.convert import convert_fp8 as convert

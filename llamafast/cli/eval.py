@@ -1,5 +1,5 @@
-"""`llamafast eval`: what FP8 or block weights or another dtype cost in quality on a real model (perplexity, KL divergence
-of the next-token distribution from the base model, top-1 agreement), as a table or JSON."""
+"""`llamafast eval`: what FP8 weights, GGUF blocks or another dtype cost in quality on a real model (perplexity, KL
+divergence of the next-token distribution from the base model, top-1 agreement), as a table or JSON."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from llamafast.cli.common import (
     emit_json, err, parse_floats, phase_progress, pick, progress_bar, read_text_file, refuse_mode_without_sparsity,
     require_routers, say_tuned, say_tuning, stdout_console,
 )
-from llamafast.config import Backend, DType, SparseMode, SparseRun, check_seed
+from llamafast.config import BLOCK_FORMATS, Backend, DType, SparseMode, SparseRun, WeightFormat, check_seed
 from llamafast.errors import LlamafastError
 
 
@@ -41,6 +41,7 @@ def eval_command(
     """Measure what other weights cost against the base model: perplexity, KL divergence, top-1 agreement."""
     from llamafast.bench.quality import TEXT_TOKENS
     from llamafast.load import open_model
+    from llamafast.load.blocks import check_blockable
     from llamafast.runtime import ready
 
     with clean_errors():
@@ -57,6 +58,8 @@ def eval_command(
         check_seed(seed, room=prompts - 1)  # prompt i samples with seed + i
         dev = device_or_default(device)
         opened = _float_base(open_model(model, tokenizer), names)
+        for name in [n for n in names if n in BLOCK_FORMATS]:  # before any weights load
+            check_blockable(opened.config, WeightFormat(name))
         if runs:
             require_routers(opened.checkpoint)
         context = opened.config.max_seq_len
@@ -83,14 +86,15 @@ def eval_command(
 
 
 def _float_base(opened, names):
-    """The model the variants are quantized from, in float: a GGUF file's blocks read dequantized (its other
-    quantized tensors always are). Weights stored in FP8 or blocks by llamafast have no float copy to quantize."""
+    """The model the variants are quantized from: a GGUF file's blocks read dequantized, as its other quantized
+    tensors always are, so the base is the float model they stand for (llamafast's own block checkpoints are
+    dequantized as the variants are made: load.build.float_items). FP8 weights have no float copy to quantize."""
     from llamafast.formats.gguf import without_blocks
     from llamafast.load import OpenedModel
     from llamafast.load.weights import weight_format
 
     held = weight_format(opened.checkpoint)
-    if names and held != "native":
+    if names and held.startswith("fp8_"):
         raise LlamafastError(f"{opened.checkpoint.path} holds {held} weights, and --variant quantizes float weights: "
                              "evaluate the float checkpoint it was made from")
     return OpenedModel(without_blocks(opened.checkpoint), opened.tokenizer)

@@ -18,7 +18,7 @@ def info(
     tokenizer: TokenizerOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ):
-    """Describe a checkpoint: format, config, parameters, weight format and bytes read per token."""
+    """Describe a checkpoint: format, config, parameters, each tensor group's format and the bytes read per token."""
     from llamafast.tools import describe
 
     with clean_errors():
@@ -35,6 +35,8 @@ def info(
 
 
 def _fmt(key: str, value) -> str:
+    if key == "formats":  # attention: q4_0, ffn: q4_0, lm_head: q8_0, ...
+        return ", ".join(f"{k}: {v}" for k, v in value.items() if v is not None)
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items() if v is not None)
     if "bytes" in key:

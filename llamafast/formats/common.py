@@ -100,7 +100,7 @@ def read_head(path: Path, n: int) -> bytes:
         raise LlamafastError(f"cannot read {path}: {e.strerror}") from None
 
 
-ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I8": torch.int8}
+ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I8": torch.int8, "U8": torch.uint8}
 
 
 def expected_shapes(c: ModelConfig, fused: bool = False, layout: SparseLayout | None = None) -> dict[str, tuple[int, ...]]:

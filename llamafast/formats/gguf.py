@@ -44,7 +44,7 @@ _LAYER_NAMES = {
     "ffn_gate": "feed_forward.w1", "ffn_down": "feed_forward.w2", "ffn_up": "feed_forward.w3",
     "attn_norm": "attention_norm", "ffn_norm": "ffn_norm",
 }
-_CONFIG_KEYS = {
+CONFIG_KEYS = {
     "dim": "llama.embedding_length", "n_layers": "llama.block_count", "n_heads": "llama.attention.head_count",
     "n_kv_heads": "llama.attention.head_count_kv", "hidden_dim": "llama.feed_forward_length",
     "norm_eps": "llama.attention.layer_norm_rms_epsilon", "rope_theta": "llama.rope.freq_base",
@@ -77,10 +77,10 @@ def read_gguf(path: Path) -> Checkpoint:
     dequantized = Counter(f"{t.name.split('.')[-2]} {t.tensor_type.name}" for t in reader.tensors
                           if t.tensor_type.name not in ("F32", "F16", "BF16")
                           and not tensors.get(_meta_name(t.name), _NO_REF).fmt.is_block)
-    params = {key: fields.get(gguf_key) for key, gguf_key in _CONFIG_KEYS.items()}
+    params = {key: fields.get(gguf_key) for key, gguf_key in CONFIG_KEYS.items()}
     params["vocab_size"] = tensors["tok_embeddings.weight"].shape[0] if "tok_embeddings.weight" in tensors else None
     params["rope_freq_factors"] = factors
-    config = config_from(params, path, {k: v for k, v in _CONFIG_KEYS.items()})
+    config = config_from(params, path, {k: v for k, v in CONFIG_KEYS.items()})
     if factors is not None and len(factors) != config.head_dim // 2:
         raise LlamafastError(f"{path}: rope_freqs.weight has {len(factors)} factors; head size {config.head_dim} "
                              f"needs {config.head_dim // 2}")
@@ -148,6 +148,36 @@ def _meta_name(name: str) -> str:
     if len(parts) == 2 and parts[0] in _NAMES:
         return f"{_NAMES[parts[0]]}.{parts[1]}"
     return name  # unknown: kept, so that validation names it
+
+
+_GGUF_NAMES = {meta: gguf for gguf, meta in _NAMES.items()}
+_GGUF_LAYER_NAMES = {meta: gguf for gguf, meta in _LAYER_NAMES.items()}
+
+
+def gguf_tensor_name(name: str) -> str:
+    """_meta_name's inverse: layers.3.attention.wq.weight -> blk.3.attn_q.weight (rope_freqs.weight as it is)."""
+    parts = name.split(".")
+    if parts[0] == "layers":
+        return f"blk.{parts[1]}.{_GGUF_LAYER_NAMES['.'.join(parts[2:-1])]}.{parts[-1]}"
+    if len(parts) == 2 and parts[0] in _GGUF_NAMES:
+        return f"{_GGUF_NAMES[parts[0]]}.{parts[1]}"
+    return name
+
+
+def tokenizer_metadata(path: Path) -> list[tuple[str, object, str, str | None]]:
+    """The file's tokenizer.* fields as stored, to be copied into another GGUF file: (key, value, GGUF value type,
+    array element type) with the types named as gguf.GGUFValueType names them."""
+    reader = _open(path)
+    out = []
+    for name, field in reader.fields.items():
+        if not name.startswith("tokenizer."):
+            continue
+        value = _value(field)
+        if value is None or not field.types:
+            raise LlamafastError(f"{path}: its field {name} cannot be read to be copied")
+        sub = field.types[-1].name if len(field.types) > 1 else None
+        out.append((name, value, field.types[0].name, sub))
+    return out
 
 
 def _ref(t, path: Path, keep: bool) -> TensorRef:

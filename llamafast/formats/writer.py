@@ -22,7 +22,7 @@ from llamafast.errors import LlamafastError
 from llamafast.formats.common import LLAMAFAST_FORMAT_KEY, Progress, nbytes, safetensors_metadata
 from llamafast.formats.files import rename_noreplace
 
-_ST_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int8: "I8"}
+_ST_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int8: "I8", torch.uint8: "U8"}
 
 
 def save_checkpoint(
@@ -45,9 +45,9 @@ def save_checkpoint(
     """
     dst = Path(dst)
     check_destination(dst, force, sources)
-    tmp = _temporary_dir(dst)
+    tmp = temporary(dst)
     try:
-        with _signals_remove(tmp):
+        with signals_remove(tmp):
             meta = {LLAMAFAST_FORMAT_KEY: "1", "config": json.dumps(config.to_dict()), **_utf8_values(metadata)}
             _write_safetensors(tmp / "model.safetensors", specs, produce, meta, progress)
             if tokenizer is not None:
@@ -77,14 +77,7 @@ _OUTPUT_FILES = {"model.safetensors", "tokenizer.model", "tokenizer.json", "toke
 def check_destination(dst: Path, force: bool, sources: Iterable[Path] = ()) -> None:
     """Refuses, before anything is written, a dst that equals, contains or lies inside a source, an existing
     dst without --force, and with --force anything but a previous llamafast checkpoint or an empty directory."""
-    target = dst.resolve()
-    if dst.name in ("", ".", "..") or target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
-        raise LlamafastError(f"{dst} is the current directory or holds it, and a checkpoint cannot be renamed onto "
-                             f"it; name a new sub-directory instead, such as {dst / 'fp8'}")
-    for src in sources:
-        src = Path(src).resolve()
-        if target == src or src in target.parents or target in src.parents:
-            raise LlamafastError(f"{dst} overlaps the source {src}: write the new checkpoint somewhere else")
+    check_overlap(dst, sources)
     if not dst.exists() and not dst.is_symlink():
         return
     if not force:
@@ -98,6 +91,18 @@ def check_destination(dst: Path, force: bool, sources: Iterable[Path] = ()) -> N
     if not names <= _OUTPUT_FILES or not weights.is_file() or LLAMAFAST_FORMAT_KEY not in safetensors_metadata(weights):
         raise LlamafastError(f"{dst} is not a llamafast checkpoint; --force replaces only a previous llamafast "
                              "checkpoint, never other files")
+
+
+def check_overlap(dst: Path, sources: Iterable[Path]) -> None:
+    """Refuses a dst that is the current directory or holds it, or that equals, contains or lies inside a source."""
+    target = dst.resolve()
+    if dst.name in ("", ".", "..") or target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
+        raise LlamafastError(f"{dst} is the current directory or holds it, and a checkpoint cannot be renamed onto "
+                             f"it; name a new sub-directory instead, such as {dst / 'fp8'}")
+    for src in sources:
+        src = Path(src).resolve()
+        if target == src or src in target.parents or target in src.parents:
+            raise LlamafastError(f"{dst} overlaps the source {src}: write the new checkpoint somewhere else")
 
 
 def _move_into_place(tmp: Path, dst: Path, force: bool) -> None:
@@ -142,21 +147,35 @@ def _put_back(moved: Path, dst: Path) -> None:
                              f"{moved}") from None
 
 
-def _temporary_dir(dst: Path) -> Path:
+def temporary(dst: Path, directory: bool = True) -> Path:
+    """A new temporary directory (or empty file) beside dst, named so that _remove_stale finds it."""
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale(dst)
-        return Path(tempfile.mkdtemp(prefix=f".{dst.name}{_TMP_MARK}{os.getpid()}-", dir=dst.parent))
+        prefix = f".{dst.name}{_TMP_MARK}{os.getpid()}-"
+        if directory:
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=dst.parent))
+        fd, name = tempfile.mkstemp(prefix=prefix, dir=dst.parent)
+        os.close(fd)
+        return Path(name)
     except OSError as e:
         raise LlamafastError(f"cannot write {dst}: {e.strerror or e}") from None
 
 
+def remove(path: Path) -> None:
+    """A temporary directory or file, whichever it is; gone already is fine."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _remove_stale(dst: Path) -> None:
-    """Temporary directories of earlier writes to dst whose process is gone (killed by SIGKILL)."""
+    """Temporary directories and files of earlier writes to dst whose process is gone (killed by SIGKILL)."""
     for tmp in dst.parent.glob(f".{dst.name}{_TMP_MARK}*"):
         pid = tmp.name.removeprefix(f".{dst.name}{_TMP_MARK}").split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)) and tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
+        if pid.isdigit() and not _alive(int(pid)):
+            remove(tmp)
 
 
 def _alive(pid: int) -> bool:
@@ -174,18 +193,17 @@ _STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "S
 
 
 @contextlib.contextmanager
-def _signals_remove(tmp: Path):
+def signals_remove(tmp: Path):
     """On SIGTERM, SIGHUP (its terminal closed) or Ctrl-C while a checkpoint is written, the handler removes the
-    temporary directory and exits (143, 129, 130); a signal the process ignores (nohup) stays ignored. Raising
-    from the handler instead is not safe: it can land inside safetensors' native code, which turns the exception
-    into a ValueError. Only the main thread can set signal handlers; elsewhere nothing
-    changes."""
+    temporary directory (or file) and exits (143, 129, 130); a signal the process ignores (nohup) stays ignored.
+    Raising from the handler instead is not safe: it can land inside safetensors' native code, which turns the
+    exception into a ValueError. Only the main thread can set signal handlers; elsewhere nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def stop(signum, frame):
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove(tmp)
         if sys.stderr.isatty():
             sys.stderr.write("\x1b[?25h")  # the progress bar hides the cursor
         sys.stderr.write(f"error: terminated; removed the unfinished {tmp}\n")

@@ -18,7 +18,7 @@ from llamafast.errors import LlamafastError
 from llamafast.formats import Checkpoint, open_checkpoint
 from llamafast.formats.common import Progress
 from llamafast.model import Transformer
-from llamafast.quant import FP8Format
+from llamafast.quant import FP8Format, dequantize, scale_name
 from llamafast.tokenizers import Tokenizer, open_tokenizer
 from llamafast.load.blocks import block_state, head_format, random_block_states
 from llamafast.load.shard import Shard, check_shardable, load_shard, random_shard
@@ -157,21 +157,35 @@ def random_model(
                        weights_label(model.weight_formats[0], torch_dtype))
 
 
+def float_items(model: Transformer):
+    """(name, tensor) of model's state, each block weight dequantized to the activation dtype as it comes (its
+    scales left out): what FP8 and block copies are quantized from, as --fp8 reads a GGUF file's blocks. FP8
+    weights stay as they are."""
+    dtype, state, formats = model.tok_embeddings.weight.dtype, model.state_dict(), model.tensor_formats
+    blocks = {scale_name(n) for n, f in formats.items() if f.is_block}
+    for name, t in state.items():
+        fmt = formats.get(name, WeightFormat.float)
+        if name not in blocks:
+            yield name, dequantize(t, state[scale_name(name)], dtype, fmt) if fmt.is_block else t
+
+
 def quantized(lm: LoadedModel, fp8: FP8Format) -> LoadedModel:
     """The same model with FP8 linear weights quantized from lm's (lm is kept: bench runs both)."""
     t0 = time.perf_counter()
-    model = build(lm.model.config, quantize_state(lm.model.state_dict(), fp8), lm.backend, fp8.format,
-                  layout=lm.model.layout, shard=lm.model.shard)
+    state = {k: v for name, t in float_items(lm.model) for k, v in quantize_state({name: t}, fp8).items()}
+    model = build(lm.model.config, state, lm.backend, fp8.format, layout=lm.model.layout, shard=lm.model.shard)
     model.comm = lm.model.comm
     _sync(lm.model.tok_embeddings.weight.device)
     return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, fp8.weights)
 
 
 def block_copy(lm: LoadedModel, fmt: WeightFormat) -> LoadedModel:
-    """The same model with its linear weights quantized to block format fmt from lm's float ones, on their device
-    (lm is kept: bench runs both); the LM head in blocks.head_format(fmt)."""
+    """The same model with its linear weights quantized to block format fmt from lm's float ones (block ones
+    dequantized first: float_items), on their device (lm is kept: bench runs both); the LM head in
+    blocks.head_format(fmt)."""
     t0 = time.perf_counter()
-    model = build(lm.model.config, block_state(lm.model.state_dict(), fmt), lm.backend, fmt, head_format(fmt))
+    state = {k: v for name, t in float_items(lm.model) for k, v in block_state({name: t}, fmt).items()}
+    model = build(lm.model.config, state, lm.backend, fmt, head_format(fmt))
     _sync(lm.model.tok_embeddings.weight.device)
     return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, fmt.value)
 

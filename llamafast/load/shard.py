@@ -23,8 +23,8 @@ from llamafast.quant import FP8Format
 from llamafast.load.staging import Job
 from llamafast.formats.gguf import without_blocks
 from llamafast.load.weights import (
-    _maybe_quantized, as_stored, check_loadable, check_memory, collect, device_bytes, random_tensor, sparse_layout,
-    staged, tensor_plan,
+    _maybe_quantized, as_stored, check_loadable, check_memory, collect, device_bytes, held_blocks, random_tensor,
+    sparse_layout, staged, tensor_plan,
 )
 
 # A rank's slice of one tensor: (dim, [(start, length), ...]), the parts concatenated along dim; None: whole.
@@ -156,6 +156,10 @@ def load_shard(
         raise LlamafastError(f"{ckpt.path}: tensor parallel does not run sparsified checkpoints; run it without "
                              "--tp, or shard the dense checkpoint it was made from")
     ckpt = without_blocks(ckpt)  # a GGUF's blocks: shards are float (or FP8) weights
+    held = held_blocks(ckpt)
+    if held:  # a llamafast block checkpoint: its float source is the one to shard
+        raise LlamafastError(f"{ckpt.path}: tensor parallel runs float and FP8 weights, not {held[0]} blocks; run "
+                             "it without --tp, or shard the float checkpoint it was quantized from")
     check_loadable(ckpt, fp8)
     check_shardable(ckpt.config, shard.world)
     plan = _plan(ckpt, shard, fp8)

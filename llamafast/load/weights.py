@@ -9,14 +9,14 @@ from pathlib import Path
 
 import torch
 
-from llamafast.config import ModelConfig, SparseLayout, WeightFormat
+from llamafast.config import BLOCK_FORMATS, ModelConfig, SparseLayout, WeightFormat
 from llamafast.formats import Checkpoint, expected_shapes
 from llamafast.formats.common import Progress, nbytes
 from llamafast.formats.gguf import without_blocks
 from llamafast.errors import LlamafastError
 from llamafast.load.staging import Job, stream
 from llamafast.quant import (
-    FP8Format, from_gguf_blocks, is_quantized_linear, keeps_fp32, quantize_named, scale_name, scale_shape,
+    FP8Format, block_dtype, from_gguf_blocks, is_quantized_linear, keeps_fp32, quantize_named, scale_name, scale_shape,
 )
 
 _CONFIG_FILE = {"meta": "params.json", "hf": "config.json", "llama2c": "the .bin header", "llamafast": "its metadata",
@@ -24,16 +24,35 @@ _CONFIG_FILE = {"meta": "params.json", "hf": "config.json", "llama2c": "the .bin
 
 
 def weight_format(ckpt: Checkpoint) -> str:
-    """"native" (float weights), or "fp8_e5m2" / "fp8_e4m3" as recorded in a llamafast checkpoint's metadata."""
+    """"native" (float weights), or "fp8_e5m2", "fp8_e4m3", "q8_0", "q4_0", "q4_1" as recorded in a llamafast
+    checkpoint's metadata."""
     return ckpt.metadata.get("weights", "native") if ckpt.format == "llamafast" else "native"
 
 
 def checkpoint_formats(ckpt: Checkpoint) -> tuple[WeightFormat, WeightFormat]:
     """(the layers' linear weights, the LM head) as the checkpoint's metadata records them: convert-fp8
-    --keep-lm-head keeps the head in its float dtype."""
-    name = weight_format(ckpt)
-    weights = WeightFormat.float if name == "native" else WeightFormat(name)
-    return weights, WeightFormat.float if ckpt.metadata.get("lm_head") == "kept" else weights
+    --keep-lm-head keeps the head in its float dtype ("kept"), FP8 checkpoints say "fp8", block checkpoints
+    (llamafast quantize) name the head's own format (a Q4 model's head is q8_0)."""
+    weights = _format(ckpt, weight_format(ckpt).replace("native", "float"), "weights")
+    head = ckpt.metadata.get("lm_head")
+    if head == "kept":
+        return weights, WeightFormat.float
+    return weights, _format(ckpt, head, "lm_head") if weights.is_block else weights
+
+
+def _format(ckpt: Checkpoint, value: str | None, key: str) -> WeightFormat:
+    try:
+        return WeightFormat(value)
+    except ValueError:
+        raise LlamafastError(f"{ckpt.path}: unknown {key} format {value!r} in its metadata") from None
+
+
+def held_blocks(ckpt: Checkpoint) -> list[str]:
+    """The block formats the checkpoint's layers hold, sorted: a GGUF file's kept blocks, or a llamafast block
+    checkpoint's (the LM head's own format left out: it runs per op everywhere)."""
+    layers = checkpoint_formats(ckpt)[0]
+    held = {f.value for n, f in block_formats(ckpt).items() if n != "output.weight"}
+    return sorted(held | ({layers.value} if layers.is_block else set()))
 
 
 def sparse_layout(ckpt: Checkpoint) -> SparseLayout | None:
@@ -63,12 +82,15 @@ def validate(ckpt: Checkpoint) -> None:
     and nothing else is."""
     expected = expected_shapes(ckpt.config, fused=ckpt.format == "llamafast", layout=sparse_layout(ckpt))
     fmt = weight_format(ckpt)
-    if fmt not in ("native", "fp8_e5m2", "fp8_e4m3"):
+    if fmt not in ("native", "fp8_e5m2", "fp8_e4m3", *BLOCK_FORMATS):
         raise LlamafastError(f"{ckpt.path}: unknown weight format {fmt!r} in its metadata")
+    dtypes = _block_layout(ckpt, expected) if fmt in BLOCK_FORMATS else {}
     if fmt == "fp8_e4m3":  # each E4M3 weight has one fp32 scale per output row
-        expected.update({scale_name(n): scale_shape(n, s) for n, s in list(expected.items()) if _is_int8(ckpt, n)})
+        scales = {scale_name(n): scale_shape(n, s) for n, s in list(expected.items()) if _is_int8(ckpt, n)}
+        expected.update(scales)
+        dtypes.update(dict.fromkeys(scales, torch.float32))  # fp16 scales are a block checkpoint's: stored_dtype
     source = _CONFIG_FILE[ckpt.format]
-    missing = [n for n in expected if n not in ckpt.tensors and not n.startswith("output.")]  # no output: tied
+    missing = [n for n in expected if n not in ckpt.tensors and (dtypes or not n.startswith("output."))]  # tied
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise LlamafastError(f"{ckpt.path}: tensor {missing[0]}{more} missing; {source} implies them")
@@ -80,9 +102,28 @@ def validate(ckpt: Checkpoint) -> None:
                 f"{ckpt.path}: {name} in {ref.origin} has shape {list(ref.shape)} "
                 f"but {source} implies {list(expected[name])}"
             )
+        if name in dtypes and ref.dtype != dtypes[name]:
+            raise LlamafastError(f"{ckpt.path}: {name} has dtype {ref.dtype}; {fmt} checkpoints store it as "
+                                 f"{dtypes[name]}")
         fp8_ok = fmt != "native" and is_quantized_linear(name) and ref.dtype == torch.int8
-        if not (ref.dtype.is_floating_point or fp8_ok or ref.fmt.is_block):
+        if not (ref.dtype.is_floating_point or fp8_ok or ref.fmt.is_block or name in dtypes):
             raise LlamafastError(f"{ckpt.path}: {name} has dtype {ref.dtype}, which {fmt} weights do not allow")
+
+
+def _block_layout(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]]) -> dict[str, torch.dtype]:
+    """A block checkpoint's linear weights as stored (quant.quantize_blocks' layout): expected gets each weight's
+    data shape and its scales; returns the dtype each of those must have."""
+    layers, head = checkpoint_formats(ckpt)
+    if not head.is_block:
+        raise LlamafastError(f"{ckpt.path}: {layers.value} weights with a {head.value} LM head in its metadata; "
+                             "a block checkpoint's head is in a block format too")
+    dtypes = {}
+    for name, (n, k) in [(n, s) for n, s in expected.items() if is_quantized_linear(n)]:
+        fmt = head if name == "output.weight" else layers
+        expected[name], expected[scale_name(name)] = (n, fmt.stored_cols(k)), fmt.scale_shape(n, k)
+        dtypes[name] = block_dtype(fmt)
+        dtypes[scale_name(name)] = torch.float16
+    return dtypes
 
 
 def block_formats(ckpt: Checkpoint) -> dict[str, WeightFormat]:
@@ -118,9 +159,17 @@ def read_tensor(ckpt: Checkpoint, sources: list[str], device: torch.device, dtyp
 
 
 def as_stored(name: str, t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """A checkpoint tensor on `device`: float ones in `dtype` (fp32 for keeps_fp32), FP8 bit patterns as stored."""
-    stored = t.dtype if t.dtype in (torch.int8, torch.uint8) else torch.float32 if keeps_fp32(name) else dtype
-    return t.to(device=device, dtype=stored)
+    """A checkpoint tensor on `device`: float ones in `dtype`, the rest as stored_dtype says."""
+    return t.to(device=device, dtype=stored_dtype(name, t.dtype, dtype))
+
+
+def stored_dtype(name: str, stored: torch.dtype, dtype: torch.dtype) -> torch.dtype:
+    """What a tensor stored as `stored` is loaded as: FP8 bit patterns and block data as stored, block scales in
+    fp16 (validate checked that only a block checkpoint's scales are fp16: E4M3's are fp32), keeps_fp32's tensors
+    (E4M3 scales, router tables) in fp32, every other float tensor in `dtype`."""
+    if stored in (torch.int8, torch.uint8) or (stored == torch.float16 and name.endswith(".scale")):
+        return stored
+    return torch.float32 if keeps_fp32(name) else dtype
 
 
 def check_loadable(ckpt: Checkpoint, fp8: FP8Format | None) -> None:
@@ -128,7 +177,6 @@ def check_loadable(ckpt: Checkpoint, fp8: FP8Format | None) -> None:
     validate(ckpt)
     if fp8 is not None and weight_format(ckpt) != "native":
         raise LlamafastError(f"{ckpt.path} already holds {weight_format(ckpt)} weights; drop --fp8")
-
 
 
 def load_state(
@@ -142,7 +190,8 @@ def load_state(
     linear weights as they arrive (the in-memory twin of `llamafast convert-fp8`).
 
     A CPU tensor already in `dtype` stays a view of the mapped file, so the model holds no second copy. A GGUF's
-    block weights stay blocks, unless fp8 asks for FP8 ones (they are then dequantized and quantized).
+    block weights stay blocks, unless fp8 asks for FP8 ones (they are then dequantized and quantized); a llamafast
+    block checkpoint's load as stored (and refuse fp8: check_loadable).
     """
     if fp8 is not None:
         ckpt = without_blocks(ckpt)
@@ -211,8 +260,9 @@ def _loaded_bytes(ckpt: Checkpoint, name: str, sources: list[str], dtype: torch.
 def device_bytes(name: str, shape: tuple[int, ...], stored: torch.dtype, dtype: torch.dtype,
                  fp8: FP8Format | None) -> int:
     """Bytes a model tensor of `shape` stored as `stored` takes once loaded in `dtype` (and quantized with fp8)."""
-    one_byte = stored == torch.int8 or (fp8 is not None and is_quantized_linear(name))
-    return nbytes(shape, torch.int8 if one_byte else torch.float32 if keeps_fp32(name) else dtype)
+    if fp8 is not None and is_quantized_linear(name):
+        return nbytes(shape, torch.int8)
+    return nbytes(shape, stored_dtype(name, stored, dtype))
 
 
 class OutOfMemory(LlamafastError):

@@ -18,11 +18,11 @@ from llamafast.tokenizers.chat import render_chat_template
 
 # llama.cpp's pre-tokenizer split for the Llama 3 family (tokenizer.ggml.pre); other byte-level vocabularies
 # (gpt2, smollm, ...) use the GPT-2 split that pre_tokenizers.ByteLevel applies itself.
-_LLAMA3_SPLIT = (
+LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_SPLITS = {name: _LLAMA3_SPLIT for name in ("llama3", "llama-v3", "llama-bpe", "smaug-bpe", "dbrx")}
+_SPLITS = {name: LLAMA3_SPLIT for name in ("llama3", "llama-v3", "llama-bpe", "smaug-bpe", "dbrx")}
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp's token types
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from llamafast.config import BLOCK_FORMATS
 from llamafast.formats import open_checkpoint
 from llamafast.formats.gguf import without_blocks
 from llamafast.tokenizers import open_tokenizer
@@ -57,6 +58,7 @@ def convert_fp8(
     check_destination(Path(dst), force, [src])  # before anything is read or written
     ckpt = without_blocks(open_checkpoint(src, tokenizer))
     validate(ckpt)
+    refuse_block_checkpoint(ckpt, "convert")
     if weight_format(ckpt) != "native":
         raise LlamafastError(f"{src} already holds {weight_format(ckpt)} weights")
     if ckpt.tokenizer is None:
@@ -102,6 +104,17 @@ def convert_fp8(
     report.seconds = time.perf_counter() - t0
     report.bytes_written = sum(f.stat().st_size for f in Path(dst).iterdir())
     return report
+
+
+def refuse_block_checkpoint(ckpt, then: str) -> None:
+    """A llamafast block checkpoint (llamafast quantize) is refused, naming the float checkpoint it was made from:
+    its weights dequantized would carry the block error into whatever is made of them (a GGUF file's blocks, often
+    all a user has, are read dequantized instead: formats.gguf.without_blocks)."""
+    fmt = weight_format(ckpt)
+    if fmt in BLOCK_FORMATS:
+        source = ckpt.metadata.get("source", "its float source")
+        raise LlamafastError(f"{ckpt.path} already holds {fmt} weights; {then} the float checkpoint it was quantized "
+                             f"from ({source})")
 
 
 def _anon_rss_gb() -> float | None:

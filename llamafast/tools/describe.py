@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from llamafast.formats import expected_shapes, open_checkpoint
-from llamafast.config import ModelConfig, model_config
+from llamafast.config import QK, ModelConfig, model_config
 from llamafast.load import bundled_model
 from llamafast.tokenizers import open_tokenizer
-from llamafast.load.weights import checkpoint_dtype, checkpoint_formats, sparse_layout, validate, weights_label
+from llamafast.load.weights import checkpoint_dtype, checkpoint_formats, sparse_layout, validate
+from llamafast.quant import is_quantized_linear
 
 
 def _numel(shape) -> int:
@@ -21,21 +24,69 @@ def _numel(shape) -> int:
     return n
 
 
-def _summary(config: ModelConfig, tensors: dict[str, tuple[tuple[int, ...], torch.dtype]], weights: str) -> dict:
-    """tensors: name -> (shape, dtype), as stored (FP8 weights are int8, 1 byte each)."""
+@dataclass(frozen=True)
+class Stored:
+    """One checkpoint tensor: the weights it holds (0 for scales), its bytes as stored, and its format's name."""
+
+    params: int
+    nbytes: int
+    format: str
+
+
+def _stored(ckpt) -> dict[str, Stored]:
+    """Per tensor, as the checkpoint stores it: a GGUF file's kept blocks and a block checkpoint's data and scales
+    count their bytes (block data and fp16 scales), FP8 bit patterns one byte each, float tensors their dtype's."""
+    layers, head = checkpoint_formats(ckpt)
+    out = {}
+    for name, ref in ckpt.tensors.items():
+        fmt = ref.fmt if ref.fmt.is_block else head if name.startswith("output.") else layers
+        if ref.fmt.is_block:  # GGUF blocks: the shape counts weights, the file holds blocks
+            n, k = ref.shape
+            out[name] = Stored(n * k, n * (k // QK) * fmt.bytes_per_block(), fmt.value)
+        elif name.endswith(".scale"):
+            out[name] = Stored(0, _numel(ref.shape) * ref.dtype.itemsize, fmt.value)
+        elif is_quantized_linear(name) and not ref.dtype.is_floating_point:
+            n, cols = ref.shape
+            out[name] = Stored(n * cols * (2 if fmt.stored_cols(2) == 1 else 1), n * cols, fmt.value)  # Q4: 2 a byte
+        else:
+            out[name] = Stored(_numel(ref.shape), _numel(ref.shape) * ref.dtype.itemsize,
+                               str(ref.dtype).removeprefix("torch."))
+    return out
+
+
+_GROUPS = (("attention", ".attention."), ("ffn", ".feed_forward."), ("lm_head", "output.weight"),
+           ("embedding", "tok_embeddings."), ("norms", "norm."))
+
+
+def formats_by_group(tensors: dict[str, Stored]) -> dict[str, str]:
+    """Each tensor group's format ("q4_0"; "q4_1+q8_0" where it mixes, most weights first); a tied LM head is the
+    embedding table's."""
+    out = {}
+    for group, mark in _GROUPS:
+        counts = Counter()
+        for name, t in tensors.items():
+            if mark in name and t.params:
+                counts[t.format] += t.params
+        out[group] = "+".join(f for f, _ in counts.most_common()) or None
+    out["lm_head"] = out["lm_head"] or out["embedding"]
+    return out
+
+
+def _summary(config: ModelConfig, tensors: dict[str, Stored], act_dtype: torch.dtype) -> dict:
     tied = "output.weight" not in tensors
-    emb_shape, act_dtype = tensors["tok_embeddings.weight"]
-    params = sum(_numel(shape) for name, (shape, _) in tensors.items() if not name.endswith(".scale"))
-    stored = sum(_numel(shape) * dtype.itemsize for shape, dtype in tensors.values())
-    embedding = _numel(emb_shape) * act_dtype.itemsize
+    formats = formats_by_group(tensors)
+    stored = sum(t.nbytes for t in tensors.values())
+    embedding = tensors["tok_embeddings.weight"].nbytes
     read = stored - (0 if tied else embedding - config.dim * act_dtype.itemsize)  # the table: one row per token
     kv_per_position = 2 * config.n_layers * config.kv_dim * act_dtype.itemsize
+    layers = "+".join(dict.fromkeys(f for g in ("attention", "ffn") for f in formats[g].split("+")))
     return {
         "config": {**config.to_dict(), "head_dim": config.head_dim},
-        "parameters": params,
+        "parameters": sum(t.params for t in tensors.values()),
         "tied_embeddings": tied,
         "dtype": str(act_dtype).removeprefix("torch."),
-        "weights": weights,
+        "weights": layers,
+        "formats": formats,
         "weight_bytes_per_token": read,
         "kv_bytes_per_context_token": kv_per_position,
         "kv_bytes_at_full_context": kv_per_position * config.max_seq_len,
@@ -45,9 +96,7 @@ def _summary(config: ModelConfig, tensors: dict[str, tuple[tuple[int, ...], torc
 def describe_checkpoint(path: Path | None, tokenizer: Path | None = None) -> dict:
     ckpt = open_checkpoint(path or bundled_model(), tokenizer)
     validate(ckpt)
-    tensors = {name: (ref.shape, ref.dtype) for name, ref in ckpt.tensors.items()}
-    weights = weights_label(checkpoint_formats(ckpt)[0], checkpoint_dtype(ckpt))
-    out = {"path": str(ckpt.path), "format": ckpt.format, **_summary(ckpt.config, tensors, weights)}
+    out = {"path": str(ckpt.path), "format": ckpt.format, **_summary(ckpt.config, _stored(ckpt), checkpoint_dtype(ckpt))}
     if ckpt.metadata:
         out["metadata"] = {k: v for k, v in ckpt.metadata.items() if k not in ("config", "sparse")}
     layout = sparse_layout(ckpt)
@@ -80,5 +129,5 @@ def vocab_mismatch(pieces: int, vocab: int) -> dict:
 
 def describe_shape(name: str) -> dict:
     config = model_config(name)
-    tensors = {n: (shape, torch.bfloat16) for n, shape in expected_shapes(config).items()}
-    return {"shape": name, **_summary(config, tensors, "bfloat16")}
+    tensors = {n: Stored(_numel(s), _numel(s) * 2, "bfloat16") for n, s in expected_shapes(config).items()}
+    return {"shape": name, **_summary(config, tensors, torch.bfloat16)}

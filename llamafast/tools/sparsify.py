@@ -4,7 +4,8 @@ checkpoint with the FFN rows permuted into groups, w2 transposed, and each layer
 The whole model is loaded once (GPU when there is one), the calibration text runs through it on the reference
 ops, each layer is calibrated in turn, and the writer (formats/writer.py) streams the permuted tensors into a
 temporary directory renamed into place at the end. FP8 checkpoints can be sparsified as they are (bit patterns
-are permuted, never requantized); a sparsified checkpoint can be converted by convert-fp8.
+are permuted, never requantized); a sparsified checkpoint can be converted by convert-fp8. A GGUF file's blocks
+are read dequantized; a llamafast block checkpoint (llamafast quantize) is refused, naming its float source.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 
 from llamafast.config import SPARSE_LEVELS, Backend, SparseLayout, default_group_size
 from llamafast.errors import LlamafastError
-from llamafast.tools.convert import tokenizer_writer
+from llamafast.tools.convert import refuse_block_checkpoint, tokenizer_writer
 from llamafast.formats.writer import check_destination, save_checkpoint
 from llamafast.formats.gguf import without_blocks
 from llamafast.load import load_model, open_model
@@ -56,6 +57,7 @@ def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, g
     ckpt, config = opened.checkpoint, opened.config
     if sparse_layout(ckpt) is not None:
         raise LlamafastError(f"{src} is already sparsified; sparsify its dense source instead")
+    refuse_block_checkpoint(ckpt, "sparsify")  # the sparse FFN runs float and FP8 weights
     group_size = default_group_size(config.hidden_dim) if group_size is None else group_size
     check_group_size(group_size, config.hidden_dim)
     ids = opened.tokenizer.encode(text)[:MAX_TOKENS]

@@ -69,6 +69,11 @@ def file(tmp: Path, name: str, data: bytes) -> Path:
     return tmp / name
 
 
+def directory(tmp: Path, name: str) -> Path:
+    (tmp / name).mkdir()
+    return tmp / name
+
+
 def bin_header(tmp: Path, ints: tuple[int, ...], size: int | None = None, magic: bool = False) -> Path:
     """A llama2.c file with the given header ints (v0, or v1 after the magic), padded with zeros to `size`."""
     head = (
@@ -117,6 +122,43 @@ def converted(tmp: Path) -> Path:
 
     convert_fp8(bundled_model(), tmp / "fp8", device=torch.device("cpu"))
     return tmp / "fp8"
+
+
+BLOCKABLE = {**SMALL, "multiple_of": 32}  # rows of whole 32-weight blocks: dim 32, FFN width 96
+
+
+def blockable(tmp: Path, tokenizer_json: bytes | None = None) -> Path:
+    """A float Meta checkpoint whose rows are whole 32-weight blocks; with tokenizer_json, a Hugging Face one
+    with that tokenizer.json (and a tokenizer_config.json naming </s> as EOS) instead of tokenizer.model."""
+    from llamafast.config import ModelConfig
+
+    config = ModelConfig(**BLOCKABLE)
+    if tokenizer_json is None:
+        write_meta(tmp / "float", config, meta_state(config), tokenizer=TOK512)
+        return tmp / "float"
+    write_hf(tmp / "float", config, meta_state(config))
+    (tmp / "float" / "tokenizer.json").write_bytes(tokenizer_json)
+    (tmp / "float" / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    return tmp / "float"
+
+
+def metaspace_tokenizer() -> bytes:
+    """A SentencePiece-style BPE tokenizer.json (Metaspace pre-tokenizer, as Llama 2's Hugging Face files have)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.BPE({"<unk>": 0, "</s>": 1, "\u2581": 2, "a": 3, "\u2581a": 4}, [("\u2581", "a")],
+                               unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    return tok.to_str().encode()
+
+
+def quantized(tmp: Path) -> Path:
+    """blockable()'s checkpoint quantized to Q4_0 (llamafast quantize)."""
+    from llamafast.config import WeightFormat
+    from llamafast.tools.quantize import quantize_checkpoint
+
+    quantize_checkpoint(blockable(tmp), tmp / "q4_0", WeightFormat.q4_0, device=torch.device("cpu"))
+    return tmp / "q4_0"
 
 
 def gguf(tmp: Path, kind: str = "F32", arch: str = "llama", chat_template: str | int | None = None,

@@ -110,3 +110,31 @@ def test_sparsify_reads_a_gguf_s_blocks_dequantized(tmp_path):
     sparsify(tmp_path / "m.gguf", tmp_path / "out", text, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
     lm = load_model(tmp_path / "out", device=torch.device("cpu"), backend=Backend.reference)
     assert lm.model.layout is not None and lm.weights != "q4_0"
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q8_0"])
+def test_info_counts_a_gguf_s_blocks_as_stored(tmp_path, kind):
+    """Bytes per token are the file's blocks (18 or 34 bytes per 32 weights), not a byte per weight; the F32
+    embedding table is read whole as the untied head is not: one row."""
+    from llamafast.tools.describe import describe_checkpoint
+
+    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), kind)
+    info = describe_checkpoint(tmp_path / "m.gguf")
+    c, per_block = SMALL, WeightFormat(kind.lower()).bytes_per_block()
+    linear = c.n_layers * (c.qkv_dim * c.dim + c.dim * c.dim + 3 * c.hidden_dim * c.dim) + c.vocab_size * c.dim
+    norms = (2 * c.n_layers + 1) * c.dim * 4
+    assert info["weight_bytes_per_token"] == linear // 32 * per_block + norms + c.dim * 2  # the bf16 table's row
+    assert info["weights"] == kind.lower() and info["formats"]["lm_head"] == kind.lower()
+    assert info["formats"]["embedding"] == "bfloat16"  # dequantized at load
+
+
+@requires_smollm2
+def test_info_on_smollm2():
+    """Q4_1 layers at 20 bytes per 32 weights, the tied head reading the whole bf16 table (Q8_0 in the file,
+    dequantized), F32 norms: 123,118,848 bytes per token (1 byte per weight said 162,931,968)."""
+    from llamafast.tools.describe import describe_checkpoint
+
+    info = describe_checkpoint(SMOLLM2)
+    layer = 576 * 576 * 2 + 192 * 576 * 2 + 3 * 1536 * 576
+    assert info["weight_bytes_per_token"] == 30 * layer // 32 * 20 + 49152 * 576 * 2 + 61 * 576 * 4 == 123_118_848
+    assert info["weights"] == "q4_1" and info["formats"]["lm_head"] == "bfloat16"

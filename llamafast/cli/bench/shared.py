@@ -182,13 +182,13 @@ def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks
 
 def held_blocks(t: Target, fp8: FP8Format | None, ranks, backends: list[Backend]) -> bool:
     """Whether t's layers are block weights kept as blocks (a GGUF's, unless --fp8 or tensor parallel reads them
-    dequantized): the persistent step runs none, so it is left out of the default backends, and refused by name
-    before any weights load."""
-    from llamafast.load.weights import block_formats
+    dequantized; a llamafast block checkpoint's): the persistent step runs none, so it is left out of the default
+    backends, and refused by name before any weights load."""
+    from llamafast.load.weights import held_blocks as held_by
 
     if isinstance(t.source, str) or fp8 is not None or ranks:
         return False
-    held = sorted({f.value for n, f in block_formats(t.source.checkpoint).items() if n != "output.weight"})
+    held = held_by(t.source.checkpoint)
     if held and Backend.persistent in backends:
         raise persistent_refusal(held[0])
     return bool(held)
