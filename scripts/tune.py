@@ -33,7 +33,7 @@ from llamafast.backends import build
 from llamafast.bench.decode import bench_backend
 from llamafast.bench.prefill import time_prefill
 from llamafast.bench.prefill_registry import PREFILL
-from llamafast.config import Backend, DType, SamplingConfig, model_config
+from llamafast.config import Backend, DType, SamplingConfig, WeightFormat, model_config
 from llamafast.generate import Engine
 from llamafast.load import random_model
 from llamafast.measure.common import copy_bandwidth, environment, input_sets, random_prompt, time_in_graph
@@ -69,9 +69,8 @@ def write(path: str, report) -> None:
 # -- decode: the full grid at a model shape --------------------------------------------------------------------
 
 def decode(a) -> None:
-    """The full grid of llamafast/tuning/sweep.py for each decode kernel at a model shape (attention at each of
-    --contexts positions), the three fastest printed per kernel."""
-    fp8 = FP8Format(a.fp8) if a.fp8 else None
+    """tuning/sweep.py's full grid per decode kernel at a shape (attention at --contexts), the 3 fastest printed."""
+    fp8 = FP8Format(a.fp8) if a.fp8 else WeightFormat(a.weights) if a.weights else None
     config, copy_bw = model_config(a.shape), copy_bandwidth(CUDA)
     rows = []
     for name in a.kernels.split(","):
@@ -82,9 +81,9 @@ def decode(a) -> None:
             where = {"context": context} if context else {"shape": list(s.key)}
             rows += [{"kernel": name, **where, "config": launch.__dict__, "us": us, "gb_s": s.nbytes / us / 1e3,
                       "fraction": s.nbytes / us / 1e3 / copy_bw} for launch, us in s.times.items()]
-    write(a.out, {"shape": a.shape, "fp8": a.fp8, "copy_bw_gb_s": copy_bw, "environment": environment(CUDA),
+    write(a.out, {"shape": a.shape, "fp8": a.fp8 or a.weights, "copy_bw_gb_s": copy_bw, "environment": environment(CUDA),
                   "rows": rows})
-    print(f"{a.shape} bf16 activations, {a.fp8 or 'bf16'} weights, copy bandwidth {copy_bw:.0f} GB/s")
+    print(f"{a.shape} bf16 activations, {a.fp8 or a.weights or 'bf16'} weights, copy bandwidth {copy_bw:.0f} GB/s")
 
     def by_kernel(r):
         return r["kernel"], r.get("context", 0)
@@ -385,6 +384,7 @@ def main() -> None:
     for name in ("decode", "first-use", "persistent"):
         commands[name].add_argument("--fp8", choices=[f.value for f in FP8Format], help="FP8 weights of this format")
     commands["decode"].add_argument("--contexts", default="512,4096", help="attention's positions")
+    commands["decode"].add_argument("--weights", choices=["q8_0", "q4_0", "q4_1"], help="block weights (no --fp8)")
     commands["decode"].add_argument("--kernels", default=",".join(GEMV_KERNELS) + ",decode_attention")
     commands["sparse"].add_argument("--variants", default="router-bf16,router-fp8,gate-bf16,gate-fp8",
                                     help="MODE-WEIGHTS pairs to sweep")
