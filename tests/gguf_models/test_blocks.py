@@ -54,11 +54,11 @@ def test_smollm2_q4_1_stays_blocks_and_greedy_equals_dequantized():
 @requires_smollm2
 def test_smollm2_q4_1_triton_interpreter_equals_dequantized():
     """The decode kernels' in-register dequantization, on the interpreter, against the dequantized model (a short
-    prompt and 3 tokens: the interpreter takes minutes per token at this size)."""
+    prompt and 2 tokens: the interpreter takes minutes per token at this size, and CI's whole run 35 minutes)."""
     lm = load_model(SMOLLM2, device=torch.device("cpu"), backend=Backend.triton)
-    ids = lm.tokenizer.encode(GOLDEN["greedy"][0]["prompt"])[:4]
-    want = greedy(dequantized(lm.model), ids, 3, lm.tokenizer.vocab_size)
-    assert greedy(lm.model, ids, 3, lm.tokenizer.vocab_size) == want
+    ids = lm.tokenizer.encode(GOLDEN["greedy"][0]["prompt"])[:2]
+    want = greedy(dequantized(lm.model), ids, 2, lm.tokenizer.vocab_size)
+    assert greedy(lm.model, ids, 2, lm.tokenizer.vocab_size) == want
 
 
 @pytest.mark.gpu
