@@ -1,6 +1,7 @@
 """What every kernel file shares: the interpreter flag, host-side launch arithmetic, input checks, and the one
 place FP8 weights are decoded (the W_FP8 constexpr: 0 float, 1 E5M2, 2 E4M3, from llamafast.config.WeightFormat;
-3 Q8_0, 4 Q4_0 and 5 Q4_1 are the block formats, which gemv_blocks.py's loop decodes).
+3 Q8_0, 4 Q4_0 and 5 Q4_1 are the block formats, which gemv_blocks.py's loop decodes; 6-8 the K-quants,
+gemv_kquants.py's).
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def w_fp8(weight: Weight) -> int:
     if fmt.is_block:
         n, k = weight.shape
         stored = torch.int8 if fmt == WeightFormat.q8_0 else torch.uint8
-        assert w.dtype == stored and k % 32 == 0, f"{fmt.value} weights: {stored}, rows of whole blocks"
-        assert scale is not None and scale.dtype == torch.float16 and scale.is_contiguous(), f"{fmt.value} scales"
+        assert w.dtype == stored and k % fmt.block_k == 0, f"{fmt.value} weights: {stored}, rows of whole blocks"
+        assert scale is not None and scale.dtype == fmt.scale_dtype and scale.is_contiguous(), f"{fmt.value} scales"
         assert scale.shape == fmt.scale_shape(n, k), f"{fmt.value} scales: {fmt.scale_shape(n, k)}"
     elif fmt == WeightFormat.float:
         assert w.dtype != torch.int8 and scale is None, f"float weights: got {w.dtype}, scale {scale is not None}"

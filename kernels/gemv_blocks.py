@@ -92,7 +92,7 @@ def _int8_floats(w):
 
 
 @triton.jit
-def _nibble_floats(q, MINUS_8: tl.constexpr):
+def nibble_floats(q, MINUS_8: tl.constexpr):
     """A uint8 tile's (low, high) nibbles as fp32, less 8 (Q4_0's weights) where MINUS_8."""
     if _ASM:
         asm: tl.constexpr = _Q4_0_ASM if MINUS_8 else _Q4_1_ASM
@@ -107,7 +107,7 @@ def _q4_blocks(row_ptrs, scale_rows, b, kb, xl, xh, xsum, K, row_mask, EVEN_K: t
     """A Q4 tile times x, (BLOCK_N, NB): per block d * sum (q - 8) x (Q4_0) or d * sum q*x + m * sum x (Q4_1)."""
     mask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (b < K // 2)[None, :]
     q = tl.load(row_ptrs + b[None, :], mask=mask, other=0, eviction_policy="evict_first")
-    lo, hi = _nibble_floats(q, FMT == 4)
+    lo, hi = nibble_floats(q, FMT == 4)
     part = tl.sum(tl.reshape(lo * xl[None, :] + hi * xh[None, :], (BLOCK_N, NB, 16)), axis=2)
     d = _block_scales(scale_rows, kb, K, row_mask, EVEN_K, FMT == 5, 0)
     if FMT == 4:

@@ -152,9 +152,11 @@ class TPComm(str, Enum):
 class WeightFormat(str, Enum):
     """How a linear weight is stored; it travels from the loader to the kernels as this value, never guessed
     from a tensor's dtype. FP8 weights are int8 bit patterns (E4M3 with one fp32 scale per output row).
-    Block formats (GGUF's Q8_0, Q4_0, Q4_1: blocks of 32 along K, docs/quantized.md) keep one fp16 scale per
-    block (Q4_1: a (scale, min) pair): Q8_0 int8 (N, K); Q4 uint8 (N, K/2), byte j of a block holding element j
-    in its low nibble and j + 16 in its high one, as GGUF stores it."""
+    Block formats (GGUF's, docs/quantized.md) keep K in blocks: Q8_0, Q4_0, Q4_1 blocks of 32 with an fp16 scale
+    (Q4_1: a (scale, min) pair), Q8_0 int8 (N, K), Q4 uint8 (N, K/2), byte j of a block holding element j in its
+    low nibble and j + 16 in its high one, as GGUF stores it; the K-quants Q4_K, Q5_K, Q6_K super-blocks of 256,
+    repacked at load into the same nibble order, their fifth and sixth bits in a plane after the nibbles and their
+    scales in int16 words (quant.from_gguf_blocks)."""
 
     float = "float"  # in the activation dtype
     fp8_e5m2 = "fp8_e5m2"
@@ -162,27 +164,60 @@ class WeightFormat(str, Enum):
     q8_0 = "q8_0"
     q4_0 = "q4_0"
     q4_1 = "q4_1"
+    q4_k = "q4_k"
+    q5_k = "q5_k"
+    q6_k = "q6_k"
 
     @property
     def code(self) -> int:
-        """The kernels' W_FP8 constexpr: 0 float, 1 E5M2, 2 E4M3, 3 Q8_0, 4 Q4_0, 5 Q4_1."""
-        return ("float", "fp8_e5m2", "fp8_e4m3", "q8_0", "q4_0", "q4_1").index(self.value)
+        """The kernels' W_FP8 constexpr: 0 float, 1 E5M2, 2 E4M3, 3 Q8_0, 4 Q4_0, 5 Q4_1, 6 Q4_K, 7 Q5_K, 8 Q6_K."""
+        return tuple(WeightFormat).index(self)
 
     @property
     def is_block(self) -> bool:
         return self.value in BLOCK_FORMATS
 
+    @property
+    def bits(self) -> int:
+        """Bits a weight's integer takes in the data tensor (8 for float and FP8: one element each)."""
+        return {"q4_0": 4, "q4_1": 4, "q4_k": 4, "q5_k": 5, "q6_k": 6}.get(self.value, 8)
+
+    @property
+    def block_k(self) -> int:
+        """Weights per block along K, which a row must be whole blocks of: 256 for the K-quants' super-blocks."""
+        return 256 if self.value in K_QUANTS else QK
+
     def stored_cols(self, k: int) -> int:
-        """Columns of the data tensor for K weights per row: two 4-bit weights per byte."""
-        return k // 2 if self.value in ("q4_0", "q4_1") else k
+        """Columns of the data tensor for K weights per row: two 4-bit weights per byte, the K-quants' extra bits
+        after them."""
+        return k * self.bits // 8
 
     def scale_shape(self, n: int, k: int) -> tuple[int, ...]:
-        """The scale tensor of a block-format (n, k) weight: (n, k/32) fp16, Q4_1 (n, k/32, 2) (scale, min)."""
+        """The scale tensor of a block-format (n, k) weight: (n, k/32) fp16, Q4_1 (n, k/32, 2) (scale, min), the
+        K-quants (n, k/256 * words) int16 (SCALE_WORDS)."""
+        if self.value in K_QUANTS:
+            return (n, k // 256 * SCALE_WORDS[self.value])
         return (n, k // QK, 2) if self.value == "q4_1" else (n, k // QK)
 
+    @property
+    def scale_dtype(self) -> torch.dtype:
+        import torch  # the CLI's option types are read before torch is imported
+
+        return torch.int16 if self.value in K_QUANTS else torch.float16
+
     def bytes_per_block(self) -> int:
-        """Bytes of one 32-weight block, scales included (GGUF's block size)."""
-        return {"q8_0": 34, "q4_0": 18, "q4_1": 20}[self.value]
+        """Bytes of one block of block_k weights in a GGUF file, scales included."""
+        return {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q4_k": 144, "q5_k": 176, "q6_k": 210}[self.value]
+
+    def file_bytes(self, n: int, k: int) -> int:
+        """Bytes an (n, k) weight takes in a GGUF file."""
+        return n * (k // self.block_k) * self.bytes_per_block()
+
+    def stored_bytes(self, n: int, k: int) -> int:
+        """Bytes an (n, k) weight takes in the kernels' layout, scales included: the file's, and 4 more per
+        super-block of Q4_K and Q5_K (their 6-bit scales unpacked)."""
+        scales = math.prod(self.scale_shape(n, k)) * 2
+        return n * self.stored_cols(k) + scales
 
     @property
     def fp8(self) -> FP8Format | None:
@@ -191,7 +226,12 @@ class WeightFormat(str, Enum):
 
 
 QK = 32  # weights per block of the block formats
-BLOCK_FORMATS = ("q8_0", "q4_0", "q4_1")
+K_QUANTS = ("q4_k", "q5_k", "q6_k")
+BLOCK_FORMATS = ("q8_0", "q4_0", "q4_1", *K_QUANTS)
+# int16 words of scales per 256-weight super-block: Q4_K and Q5_K d and dmin (fp16 bits), then one word per
+# 32-weight block of its 6-bit scale and min (scale | min << 8); Q6_K d, then one word per 32-weight block of its
+# two 16-weight halves' int8 scales (low half | high half << 8).
+SCALE_WORDS = {"q4_k": 10, "q5_k": 10, "q6_k": 9}
 
 
 @dataclass(frozen=True, eq=False)
@@ -208,7 +248,7 @@ class Weight:
     def shape(self) -> tuple[int, int]:
         """(N, K) in weights, whatever the storage."""
         n, cols = self.data.shape
-        return (n, 2 * cols if self.fmt.stored_cols(2) == 1 else cols)
+        return (n, cols * 8 // self.fmt.bits)
 
 
 class FP8Format(str, Enum):

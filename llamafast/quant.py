@@ -14,6 +14,7 @@ import torch
 # FP8Format lives in config: the CLI's option types need no torch
 from llamafast.config import QK, FP8Format, WeightFormat
 from llamafast.errors import LlamafastError
+from llamafast.quant_k import dequantize_k, from_gguf_k, quantize_k
 
 E5M2_MAX = 57344.0  # largest finite E5M2; beyond it the cast would give inf, so values are saturated
 E4M3_MAX = 448.0
@@ -116,8 +117,8 @@ def scale_name(weight_name: str) -> str:
     return weight_name.removesuffix("weight") + "scale"
 
 
-# The block formats (GGUF Q8_0, Q4_0, Q4_1), in the layout the kernels read (config.WeightFormat): data (N, K) int8
-# or (N, K/2) uint8 nibbles, fp16 scales (N, K/32), Q4_1's (N, K/32, 2) (scale, min). Values are GGUF's: the
+# The block formats (GGUF Q8_0, Q4_0, Q4_1; the K-quants in quant_k), in the layout the kernels read
+# (config.WeightFormat): data (N, K) int8 or (N, K/2) uint8 nibbles, fp16 scales (N, K/32), Q4_1's (N, K/32, 2) (scale, min). Values are GGUF's: the
 # arithmetic below is gguf-py's reference quantizer and dequantizer, step for step in fp32, so the bits agree.
 
 def block_dtype(fmt: WeightFormat) -> torch.dtype:
@@ -128,6 +129,8 @@ def block_dtype(fmt: WeightFormat) -> torch.dtype:
 def dequantize_blocks(w: torch.Tensor, scale: torch.Tensor, fmt: WeightFormat) -> torch.Tensor:
     """A block-format weight -> fp32 (N, K), as gguf.quants.dequantize computes it (fp32 products, Q4_1 + min)."""
     n = w.shape[0]
+    if fmt.block_k != QK:
+        return dequantize_k(w, scale, fmt)
     if fmt == WeightFormat.q8_0:
         assert w.dtype == torch.int8, f"q8_0 weights are int8, got {w.dtype}"
         return (w.float().view(n, -1, QK) * scale.float()[..., None]).view(n, -1)
@@ -141,16 +144,20 @@ def dequantize_blocks(w: torch.Tensor, scale: torch.Tensor, fmt: WeightFormat) -
 
 
 def quantize_blocks(w: torch.Tensor, fmt: WeightFormat) -> tuple[torch.Tensor, torch.Tensor]:
-    """w (N, K) float, K a multiple of 32 -> (data, scales) in fmt, bit for bit gguf.quants.quantize's blocks, on
-    w's device, in row chunks so that fp32 temporaries stay small."""
+    """w (N, K) float, K a multiple of fmt.block_k -> (data, scales) in fmt, bit for bit gguf.quants.quantize's
+    blocks (the K-quants: quant_k.quantize_k's rounding), on w's device, in row chunks so that fp32 temporaries
+    stay small."""
     n, k = w.shape
-    if k % QK:
-        raise LlamafastError(f"{fmt.value} needs rows of whole 32-weight blocks; a row of {k} is not")
+    if k % fmt.block_k:
+        raise LlamafastError(f"{fmt.value} needs rows of whole {fmt.block_k}-weight blocks; a row of {k} is not")
     data = torch.empty((n, fmt.stored_cols(k)), dtype=block_dtype(fmt), device=w.device)
-    scale = torch.empty(fmt.scale_shape(n, k), dtype=torch.float16, device=w.device)
+    scale = torch.empty(fmt.scale_shape(n, k), dtype=fmt.scale_dtype, device=w.device)
     for r0 in range(0, n, _ROWS_PER_CHUNK):
         rows = slice(r0, r0 + _ROWS_PER_CHUNK)
-        data[rows], scale[rows] = _quantize_rows(w[rows].float().view(-1, k // QK, QK), fmt)
+        if fmt.block_k != QK:
+            data[rows], scale[rows] = quantize_k(w[rows], fmt)
+        else:
+            data[rows], scale[rows] = _quantize_rows(w[rows].float().view(-1, k // QK, QK), fmt)
     return data, scale
 
 
@@ -184,6 +191,8 @@ def from_gguf_blocks(raw: torch.Tensor, fmt: WeightFormat) -> tuple[torch.Tensor
     """A GGUF tensor's bytes (N, K/32 * bytes per block) uint8 -> (data, scales) in the kernels' layout: the
     quantized bytes of each row side by side, the fp16 scales (and Q4_1 mins) apart."""
     n = raw.shape[0]
+    if fmt.block_k != QK:
+        return from_gguf_k(raw, fmt)
     blocks = raw.view(n, -1, fmt.bytes_per_block())
     head = 4 if fmt == WeightFormat.q4_1 else 2
     scale = blocks[..., :head].contiguous().view(torch.float16)  # (N, K/32, head/2)
@@ -194,7 +203,9 @@ def from_gguf_blocks(raw: torch.Tensor, fmt: WeightFormat) -> tuple[torch.Tensor
 
 
 def to_gguf_blocks(data: torch.Tensor, scale: torch.Tensor, fmt: WeightFormat) -> torch.Tensor:
-    """from_gguf_blocks' inverse: the bytes a GGUF file stores (N, K/32 * bytes per block) uint8."""
+    """from_gguf_blocks' inverse: the bytes a GGUF file stores (N, K/32 * bytes per block) uint8 (the formats
+    quantize writes: not the K-quants)."""
+    assert fmt.block_k == QK, f"{fmt.value} blocks are read, never written"
     n = data.shape[0]
     head = scale.reshape(n, -1, 2 if fmt == WeightFormat.q4_1 else 1).contiguous().view(torch.uint8)
     body = data.view(torch.uint8).view(n, head.shape[1], -1)

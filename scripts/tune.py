@@ -33,7 +33,7 @@ from llamafast.backends import build
 from llamafast.bench.decode import bench_backend
 from llamafast.bench.prefill import time_prefill
 from llamafast.bench.prefill_registry import PREFILL
-from llamafast.config import Backend, DType, SamplingConfig, WeightFormat, model_config
+from llamafast.config import BLOCK_FORMATS, Backend, DType, SamplingConfig, WeightFormat, model_config
 from llamafast.generate import Engine
 from llamafast.load import random_model
 from llamafast.measure.common import copy_bandwidth, environment, input_sets, random_prompt, time_in_graph
@@ -384,7 +384,7 @@ def main() -> None:
     for name in ("decode", "first-use", "persistent"):
         commands[name].add_argument("--fp8", choices=[f.value for f in FP8Format], help="FP8 weights of this format")
     commands["decode"].add_argument("--contexts", default="512,4096", help="attention's positions")
-    commands["decode"].add_argument("--weights", choices=["q8_0", "q4_0", "q4_1"], help="block weights (no --fp8)")
+    commands["decode"].add_argument("--weights", choices=list(BLOCK_FORMATS), help="block weights (no --fp8)")
     commands["decode"].add_argument("--kernels", default=",".join(GEMV_KERNELS) + ",decode_attention")
     commands["sparse"].add_argument("--variants", default="router-bf16,router-fp8,gate-bf16,gate-fp8",
                                     help="MODE-WEIGHTS pairs to sweep")

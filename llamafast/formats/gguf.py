@@ -1,8 +1,8 @@
 """llama.cpp's GGUF files (`general.architecture = llama`), read with the `gguf` package (llama.cpp's own reader).
-Linear weights in Q8_0, Q4_0 or Q4_1 stay blocks: their refs hand on the file's bytes (uint8, one row of blocks per
-weight row) with the block format, and loading repacks them (quant.from_gguf_blocks). Every other tensor, the
-embedding table included, is dequantized through `gguf.quants` as it streams to the device; the metadata's
-"dequantized" line says which.
+Linear weights in Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K stay blocks: their refs hand on the file's bytes (uint8, one
+row of blocks per weight row) with the block format, and loading repacks them (quant.from_gguf_blocks). Every other
+tensor, the embedding table included, is dequantized through `gguf.quants` as it streams to the device; the
+metadata's "dequantized" line says which.
 
 GGUF stores shapes in ggml's order (fastest dimension first): `blk.0.ffn_down.weight` reads [1536, 576] for a
 (576, 1536) nn.Linear weight; the reader's arrays are already row-major (rows, cols). llama.cpp's converter
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from llamafast.config import QK, WeightFormat
+from llamafast.config import WeightFormat
 from llamafast.errors import LlamafastError
 from llamafast.formats.common import Checkpoint, TensorRef, config_from
 from llamafast.quant import dequantize_blocks, from_gguf_blocks
@@ -34,7 +34,8 @@ SUPPORTED = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K
 _AS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 # The block types kept as blocks, when the tensor is a linear weight.
-KEPT = {"Q8_0": WeightFormat.q8_0, "Q4_0": WeightFormat.q4_0, "Q4_1": WeightFormat.q4_1}
+KEPT = {"Q8_0": WeightFormat.q8_0, "Q4_0": WeightFormat.q4_0, "Q4_1": WeightFormat.q4_1, "Q4_K": WeightFormat.q4_k,
+        "Q5_K": WeightFormat.q5_k, "Q6_K": WeightFormat.q6_k}
 _LINEAR = ("attention.wq.weight", "attention.wk.weight", "attention.wv.weight", "attention.wo.weight",
            "feed_forward.w1.weight", "feed_forward.w2.weight", "feed_forward.w3.weight")
 
@@ -199,14 +200,16 @@ def _ref(t, path: Path, keep: bool) -> TensorRef:
 
 
 def _block_ref(t, path: Path, shape: tuple[int, ...], fmt: WeightFormat) -> TensorRef:
-    """A block-format weight as the file's bytes, (rows, K/32 blocks of bytes_per_block) uint8, checked whole."""
+    """A block-format weight as the file's bytes, (rows, K/block_k blocks of bytes_per_block) uint8, checked
+    whole."""
     name, (rows, k) = t.name, shape
-    if k % QK:
-        raise LlamafastError(f"{path}: tensor {name} has rows of {k} weights, not whole 32-weight {fmt.value} blocks")
+    if k % fmt.block_k:
+        raise LlamafastError(f"{path}: tensor {name} has rows of {k} weights, not whole {fmt.block_k}-weight "
+                             f"{fmt.value} blocks")
     raw = np.asarray(t.data).view(np.uint8)
-    if raw.size != rows * k // QK * fmt.bytes_per_block():
+    if raw.size != fmt.file_bytes(rows, k):
         raise LlamafastError(f"{path}: tensor {name} is truncated: {raw.size} bytes of {fmt.value} blocks, "
-                             f"{rows * k // QK * fmt.bytes_per_block()} expected")
+                             f"{fmt.file_bytes(rows, k)} expected")
 
     def load() -> torch.Tensor:
         return torch.from_numpy(raw.reshape(rows, -1).copy())  # the map is read-only; torch wants writable arrays

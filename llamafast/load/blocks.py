@@ -1,13 +1,14 @@
-"""Block-format copies of float weights (bench --weights): every linear weight quantized to Q8_0, Q4_0 or Q4_1 on
+"""Block-format copies of float weights (bench --weights): every linear weight quantized to a block format on
 the device, tensor by tensor (quant.quantize_blocks), the embedding table and the norms shared with the float
-model. With Q4 layers the LM head is Q8_0: llama.cpp's Q4_0 files keep output.weight at 6 or 8 bits, since the
-logits are the error that sampling sees."""
+model. With Q4_0 or Q4_1 layers the LM head is Q8_0, with K-quant layers Q6_K: llama.cpp's Q4_0 files keep
+output.weight at 6 or 8 bits and its Q4_K_M and Q5_K_M files at Q6_K, since the logits are the error that
+sampling sees."""
 
 from __future__ import annotations
 
 import torch
 
-from llamafast.config import QK, ModelConfig, WeightFormat
+from llamafast.config import ModelConfig, WeightFormat
 from llamafast.errors import LlamafastError
 from llamafast.formats import expected_shapes
 from llamafast.formats.common import nbytes
@@ -17,22 +18,25 @@ from llamafast.quant import is_quantized_linear, quantize_blocks, scale_name
 
 def head_format(fmt: WeightFormat) -> WeightFormat:
     """The LM head's format beside layers in fmt."""
+    if fmt in (WeightFormat.q4_k, WeightFormat.q5_k):
+        return WeightFormat.q6_k
     return WeightFormat.q8_0 if fmt in (WeightFormat.q4_0, WeightFormat.q4_1) else fmt
 
 
 def check_blockable(config: ModelConfig, fmt: WeightFormat) -> None:
-    """Every linear weight's row (K: the width, or the FFN's for w2) is whole 32-weight blocks, checked before any
-    weight is made."""
+    """Every linear weight's row (K: the width, or the FFN's for w2) is whole blocks (32 weights, a K-quant's 256),
+    checked before any weight is made."""
     for what, k in (("dim", config.dim), ("hidden_dim", config.hidden_dim)):
-        if k % QK:
-            raise LlamafastError(f"{fmt.value} needs rows of whole 32-weight blocks; this shape's {what} {k} is not")
+        if k % fmt.block_k:
+            raise LlamafastError(f"{fmt.value} needs rows of whole {fmt.block_k}-weight blocks; this shape's {what} "
+                                 f"{k} is not")
 
 
 def block_bytes(config: ModelConfig, fmt: WeightFormat) -> int:
     """Bytes a copy in fmt adds on the device: its linear weights as blocks, scales included."""
     total = 0
     for name, (n, k) in _linear_shapes(config).items():
-        total += n * (k // QK) * (head_format(fmt) if name == "output.weight" else fmt).bytes_per_block()
+        total += (head_format(fmt) if name == "output.weight" else fmt).stored_bytes(n, k)
     return total
 
 

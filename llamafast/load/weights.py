@@ -122,7 +122,7 @@ def _block_layout(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]]) -> dic
         fmt = head if name == "output.weight" else layers
         expected[name], expected[scale_name(name)] = (n, fmt.stored_cols(k)), fmt.scale_shape(n, k)
         dtypes[name] = block_dtype(fmt)
-        dtypes[scale_name(name)] = torch.float16
+        dtypes[scale_name(name)] = fmt.scale_dtype
     return dtypes
 
 
@@ -165,9 +165,9 @@ def as_stored(name: str, t: torch.Tensor, device: torch.device, dtype: torch.dty
 
 def stored_dtype(name: str, stored: torch.dtype, dtype: torch.dtype) -> torch.dtype:
     """What a tensor stored as `stored` is loaded as: FP8 bit patterns and block data as stored, block scales in
-    fp16 (validate checked that only a block checkpoint's scales are fp16: E4M3's are fp32), keeps_fp32's tensors
+    fp16 or int16 (validate checked that only a block checkpoint's scales are: E4M3's are fp32), keeps_fp32's tensors
     (E4M3 scales, router tables) in fp32, every other float tensor in `dtype`."""
-    if stored in (torch.int8, torch.uint8) or (stored == torch.float16 and name.endswith(".scale")):
+    if stored in (torch.int8, torch.uint8, torch.int16) or (stored == torch.float16 and name.endswith(".scale")):
         return stored
     return torch.float32 if keeps_fp32(name) else dtype
 
@@ -252,8 +252,8 @@ def _loaded_bytes(ckpt: Checkpoint, name: str, sources: list[str], dtype: torch.
     """Bytes one model tensor takes on the device: FP8 bit patterns 1 byte each, the rest in `dtype`."""
     shape = (sum(ckpt.tensors[s].shape[0] for s in sources), *ckpt.tensors[sources[0]].shape[1:])
     fmt = ckpt.tensors[sources[0]].fmt
-    if fmt.is_block:  # the file's bytes, scales included
-        return shape[0] * shape[1] // 32 * fmt.bytes_per_block()
+    if fmt.is_block:  # the kernels' layout, scales included
+        return fmt.stored_bytes(*shape)
     return device_bytes(name, shape, ckpt.tensors[sources[0]].dtype, dtype, fp8)
 
 

@@ -149,7 +149,7 @@ def _gemv_bytes(n: Callable[[ModelConfig], int], k: Callable[[ModelConfig], int]
     def count(c: ModelConfig, dtype, context, fp8=None):
         s = dtype.itemsize
         if isinstance(fp8, WeightFormat):  # whole blocks, scales included
-            weights = n(c) * k(c) // 32 * fp8.bytes_per_block()
+            weights = fp8.stored_bytes(n(c), k(c))
         else:
             weights = n(c) * k(c) * (1 if fp8 else s) + (4 * n(c) if fp8 == FP8Format.e4m3 else 0)
         return weights + k(c) * s + n(c) * (out_bytes or s)

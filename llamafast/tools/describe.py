@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from llamafast.formats import expected_shapes, open_checkpoint
-from llamafast.config import QK, ModelConfig, model_config
+from llamafast.config import ModelConfig, model_config
 from llamafast.load import bundled_model
 from llamafast.tokenizers import open_tokenizer
 from llamafast.load.weights import checkpoint_dtype, checkpoint_formats, sparse_layout, validate
@@ -42,12 +42,12 @@ def _stored(ckpt) -> dict[str, Stored]:
         fmt = ref.fmt if ref.fmt.is_block else head if name.startswith("output.") else layers
         if ref.fmt.is_block:  # GGUF blocks: the shape counts weights, the file holds blocks
             n, k = ref.shape
-            out[name] = Stored(n * k, n * (k // QK) * fmt.bytes_per_block(), fmt.value)
+            out[name] = Stored(n * k, fmt.file_bytes(n, k), fmt.value)
         elif name.endswith(".scale"):
             out[name] = Stored(0, _numel(ref.shape) * ref.dtype.itemsize, fmt.value)
         elif is_quantized_linear(name) and not ref.dtype.is_floating_point:
             n, cols = ref.shape
-            out[name] = Stored(n * cols * (2 if fmt.stored_cols(2) == 1 else 1), n * cols, fmt.value)  # Q4: 2 a byte
+            out[name] = Stored(n * cols * 8 // fmt.bits, n * cols, fmt.value)  # Q4: 2 a byte
         else:
             out[name] = Stored(_numel(ref.shape), _numel(ref.shape) * ref.dtype.itemsize,
                                str(ref.dtype).removeprefix("torch."))

@@ -41,10 +41,11 @@ def encode(w: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
 
 def write_gguf(path: Path, config: ModelConfig, state: dict[str, torch.Tensor], kind: str = "F32",
                arch: str = "llama", chat_template: str | int | None = None, rope_freqs: np.ndarray | None = None,
-               special: dict[str, int | None] | None = None) -> None:
-    """Linear weights and the embedding in `kind`, norms in F32; Meta's Q/K row order, as llama.cpp stores it.
-    A chat_template given as a number is stored as one (a broken file); special overrides the bos and eos ids
-    ({"eos": None} leaves tokenizer.ggml.eos_token_id out)."""
+               special: dict[str, int | None] | None = None, kinds: dict[str, str] | None = None) -> None:
+    """Linear weights and the embedding in `kind` (kinds: other types for some of them, by model tensor name),
+    norms in F32; Meta's Q/K row order, as llama.cpp stores it. A chat_template given as a number is stored as one
+    (a broken file); special overrides the bos and eos ids ({"eos": None} leaves tokenizer.ggml.eos_token_id
+    out)."""
     from gguf import GGMLQuantizationType, GGUFWriter
 
     rng = np.random.default_rng(0)
@@ -62,11 +63,11 @@ def write_gguf(path: Path, config: ModelConfig, state: dict[str, torch.Tensor], 
     if rope_freqs is not None:  # Llama 3.1's scaled RoPE, as llama.cpp's converter writes it
         w.add_tensor("rope_freqs.weight", rope_freqs.astype(np.float32))
     for name, t in state.items():
-        data = t.float().numpy()
-        if data.ndim == 1 or kind == "F32":
+        data, its = t.float().numpy(), (kinds or {}).get(name, kind)
+        if data.ndim == 1 or its == "F32":
             w.add_tensor(gguf_name(name), data)
         else:
-            w.add_tensor(gguf_name(name), encode(data, kind, rng), raw_dtype=GGMLQuantizationType[kind])
+            w.add_tensor(gguf_name(name), encode(data, its, rng), raw_dtype=GGMLQuantizationType[its])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

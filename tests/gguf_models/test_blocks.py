@@ -18,7 +18,7 @@ from llamafast.load.weights import block_formats, load_state
 
 from ..formats import meta_state
 from .gguf_files import write_gguf
-from .test_gguf import GOLDEN, SMALL, SMOLLM2, requires_smollm2
+from .test_gguf import GOLDEN, SMALL, SMOLLM2, WIDE, requires_smollm2
 
 
 def dequantized(model, backend: Backend = Backend.reference):
@@ -86,6 +86,29 @@ def test_written_gguf_keeps_blocks_and_matches_dequantized(tmp_path, kind):
     for model in (ours, theirs):
         model.setup_cache(16)
     assert torch.equal(ours(tokens, pos, True), theirs(tokens, pos, True))
+
+
+def test_k_quants_mixed_per_tensor_on_the_triton_interpreter(tmp_path):
+    """A file laid out as llama.cpp's Q4_K_M (Q4_K layers, Q6_K ffn_down and LM head, a Q8_0 embedding table): each
+    tensor keeps its own format, and the decode kernels (Triton's interpreter) give the reference path's logits on
+    the same blocks."""
+    if torch.cuda.is_available():
+        pytest.skip("the GPU tests cover the triton backend")
+    state = meta_state(WIDE)
+    kinds = {n: "Q6_K" for n in state if ".w2." in n or n == "output.weight"} | {"tok_embeddings.weight": "Q8_0"}
+    write_gguf(tmp_path / "m.gguf", WIDE, state, "Q4_K", kinds=kinds)
+    ckpt = open_checkpoint(tmp_path / "m.gguf")
+    formats = block_formats(ckpt)
+    assert formats["layers.0.attention.wqkv.weight"] == WeightFormat.q4_k == formats["layers.0.feed_forward.w1.weight"]
+    assert formats["layers.0.feed_forward.w2.weight"] == WeightFormat.q6_k == formats["output.weight"]
+    loaded = load_state(ckpt, torch.device("cpu"), torch.float32)
+    assert loaded["layers.0.feed_forward.w2.scale"].dtype == torch.int16
+    ref, fused = (build(WIDE, loaded, backend, formats=formats) for backend in (Backend.reference, Backend.triton))
+    for model in (ref, fused):
+        model.setup_cache(16)
+    for pos, token in enumerate([3, 200, 41]):
+        args = torch.tensor([token]), torch.tensor(pos)
+        torch.testing.assert_close(fused(*args, False), ref(*args, False), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("shape,nbytes,message", [((4, 48), 4 * 48 // 32 * 18, "not whole 32-weight q4_0 blocks"),

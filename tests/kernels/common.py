@@ -43,6 +43,18 @@ BLOCK_SHAPES = [
                              max_seq_len=80), id="k64"),
     *[pytest.param(MODEL_CONFIGS[n], id=n, marks=pytest.mark.gpu) for n in ("llama-2-7b", "smollm2-135m")],
 ]
+# The K-quants (Q4_K, Q5_K, Q6_K) need K in whole 256-weight super-blocks: dim 256, hidden 768 (three of the
+# interpreter's 256-wide tiles; test_gemv's partial tile takes 512), vocab 300 no multiple of a BLOCK_N; 7B's FFN
+# width 11008 leaves its last 1024-wide tile partial on a GPU.
+K_QUANTS = [WeightFormat.q4_k, WeightFormat.q5_k, WeightFormat.q6_k]
+K_SHAPES = [
+    pytest.param(ModelConfig(dim=256, n_layers=1, n_heads=4, n_kv_heads=2, vocab_size=300, hidden_dim=768,
+                             max_seq_len=80), id="k256"),
+    *[pytest.param(MODEL_CONFIGS[n], id=n, marks=pytest.mark.gpu) for n in ("llama-2-7b", "llama-2-13b")],
+]
+# (shape, format) for the block-format tests: every format on the shapes its blocks fit.
+BLOCK_CASES = [pytest.param(p.values[0], fmt, id=f"{p.id}-{fmt.value}", marks=p.marks)
+               for shapes, fmts in ((BLOCK_SHAPES, BLOCKS), (K_SHAPES, K_QUANTS)) for p in shapes for fmt in fmts]
 BLOCK_DTYPES = [torch.float32, torch.float16, *([torch.bfloat16] if ON_GPU else [])]
 
 

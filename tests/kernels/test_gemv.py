@@ -13,7 +13,7 @@ from llamafast.kernels import linear_residual, rmsnorm_lm_head, rmsnorm_swiglu
 from llamafast.measure.registry import REGISTRY
 from llamafast.quant import FP8Format
 
-from .common import BLOCK_DTYPES, BLOCK_SHAPES, BLOCKS, DEVICE, DTYPES, FP8, SHAPES, tolerance
+from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, K_QUANTS, SHAPES, tolerance
 
 GEMVS = [name for name, spec in REGISTRY.items() if spec.kernel in (linear_residual, rmsnorm_swiglu, rmsnorm_lm_head)]
 # The registry's kernels tested by their own modules: test_rmsnorm_qkv_rope, test_decode_attention, test_sparse_ffn.
@@ -35,12 +35,26 @@ def test_matches_reference(config, dtype, fp8, name):
 
 
 @pytest.mark.parametrize("name", GEMVS)
-@pytest.mark.parametrize("fmt", BLOCKS, ids=str)
 @pytest.mark.parametrize("dtype", BLOCK_DTYPES, ids=str)
-@pytest.mark.parametrize("config", BLOCK_SHAPES)
+@pytest.mark.parametrize("config,fmt", BLOCK_CASES)
 def test_block_formats_match_reference(config, dtype, fmt, name):
-    """Q8_0, Q4_0, Q4_1 blocks dequantized in registers against the reference's dequantized blocks."""
+    """Block weights dequantized in registers against the reference's dequantized blocks."""
     assert_matches_reference(REGISTRY[name], config, dtype, fmt)
+
+
+@pytest.mark.parametrize("fmt", K_QUANTS, ids=str)
+def test_k_quants_in_a_partial_tile(fmt):
+    """K = 768 in 512-wide tiles: the second tile's last 256 weights, 8 blocks and a super-block, are masked."""
+    from llamafast.kernels.gemv import GemvConfig, gemv_key
+
+    from llamafast.measure.registry import rand, weight
+    from llamafast.reference import dense
+
+    torch.manual_seed(0)
+    w = weight(40, 768, torch.float32, DEVICE, fmt)
+    x, res = rand(1, 768, dtype=torch.float32, device=DEVICE), rand(1, 40, dtype=torch.float32, device=DEVICE)
+    got = linear_residual(x, w, res, configs={gemv_key(w): GemvConfig(8, 512, 4)})
+    torch.testing.assert_close(got, res + x @ dense(w, torch.float32).T, **tolerance(torch.float32))
 
 
 def test_every_registry_kernel_is_tested():

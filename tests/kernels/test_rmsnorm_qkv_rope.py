@@ -7,7 +7,7 @@ import torch
 
 from llamafast.measure.registry import REGISTRY
 
-from .common import BLOCK_DTYPES, BLOCK_SHAPES, BLOCKS, DEVICE, DTYPES, FP8, SHAPES, tolerance
+from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, SHAPES, tolerance
 
 SPEC = REGISTRY["rmsnorm_qkv_rope"]
 
@@ -20,9 +20,8 @@ def test_matches_reference(config, dtype, context, fp8):
     check_against_reference(config, dtype, context, fp8)
 
 
-@pytest.mark.parametrize("fmt", BLOCKS, ids=str)
 @pytest.mark.parametrize("dtype", BLOCK_DTYPES, ids=str)
-@pytest.mark.parametrize("config", BLOCK_SHAPES)
+@pytest.mark.parametrize("config,fmt", BLOCK_CASES)
 def test_block_formats_match_reference(config, dtype, fmt):
     check_against_reference(config, dtype, 7, fmt)
 

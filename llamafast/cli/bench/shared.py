@@ -32,7 +32,7 @@ ShapeOpt = Annotated[Optional[str], typer.Option(help=f"Shape for --random-weigh
 PromptLenOpt = Annotated[Optional[int], typer.Option(help="Prompt tokens [default: 16].")]
 NewTokensOpt = Annotated[Optional[int], typer.Option(help="Tokens to decode [default: 256].")]
 FP8BesideOpt = Annotated[bool, typer.Option("--fp8", help="Also run FP8 weights quantized from the same float weights, beside them.")]
-BlockCopiesOpt = Annotated[Optional[list[str]], typer.Option("--weights", help="Also run block-format copies quantized on the device from the same float weights: q8_0, q4_0, q4_1 (comma-separated or repeatable); Q4 layers get a Q8_0 LM head.")]
+BlockCopiesOpt = Annotated[Optional[list[str]], typer.Option("--weights", help="Also run block-format copies quantized on the device from the same float weights: q8_0, q4_0, q4_1, q4_k, q5_k, q6_k (comma-separated or repeatable); Q4_0 and Q4_1 layers get a Q8_0 LM head, Q4_K and Q5_K a Q6_K one.")]
 # The report.
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
 OutOpt = Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file (atomically).")]

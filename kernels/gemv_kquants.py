@@ -1,0 +1,103 @@
+"""The decode GEMV's loop for GGUF's K-quants (gemv.dot_rows with W_FP8 6 Q4_K, 7 Q5_K, 8 Q6_K; layout in
+llamafast/quant_k.py and docs/quantized.md), dequantized in registers. Reference: llamafast.quant_k.dequantize_k.
+
+Each row is its nibbles in Q4_0's order (byte j of a 32-weight block: weight j low, j + 16 high), then, for Q5_K and
+Q6_K, a plane of the bits above the nibble, then nothing: scales live in their own int16 words, per 256-weight
+super-block d (and dmin) then one word per 32-weight block. A block's products are summed, then scaled once: Q4_K and
+Q5_K d*sc * sum(q x) - dmin*m * sum(x), Q6_K d * (s_lo * sum over weights 0-15 + s_hi * over 16-31) of (q - 32) x.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .gemv_blocks import nibble_floats
+from .gemv_tiles import activation
+
+
+@triton.jit
+def dot_kblocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K, stride_wn,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
+                EVEN_K: tl.constexpr, FMT: tl.constexpr, PARTS: tl.constexpr):
+    """dot_rows for K-quant weights (BLOCK_K a multiple of 32): (W @ x, W2 @ x, sum(x^2)) in fp32."""
+    NB: tl.constexpr = BLOCK_K // 32
+    WORDS: tl.constexpr = 9 if FMT == 8 else 10
+    offs = rows[:, None].to(tl.int64) * stride_wn
+    soffs = rows[:, None].to(tl.int64) * (K // 256 * WORDS)
+    acc, acc2 = tl.zeros((BLOCK_N, NB), dtype=tl.float32), tl.zeros((BLOCK_N, NB), dtype=tl.float32)
+    ss = tl.zeros((BLOCK_K // 2,), dtype=tl.float32)
+    c = tl.arange(0, BLOCK_K // 2)  # byte within the tile
+    low = (c // 16) * 32 + c % 16  # the weight its low nibble holds
+    kb = tl.arange(0, NB)
+    for k0 in range(0, K, BLOCK_K):
+        xl, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + low, K, NORM, EVEN_K, PARTS)
+        xh, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + low + 16, K, NORM, EVEN_K, PARTS)
+        xsum = tl.sum(tl.reshape(xl + xh, (NB, 16)), axis=1)  # each block's activations, for the mins
+        bk = k0 // 32 + kb
+        acc += _k_blocks(w_ptr + offs, s_ptr + soffs, k0 // 2, bk, xl, xh, xsum, K, row_mask, EVEN_K, FMT, BLOCK_N,
+                         NB)
+        if PAIR:
+            acc2 += _k_blocks(w2_ptr + offs, s2_ptr + soffs, k0 // 2, bk, xl, xh, xsum, K, row_mask, EVEN_K, FMT,
+                              BLOCK_N, NB)
+    return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
+
+
+@triton.jit
+def _k_blocks(row_ptrs, scale_rows, b0, bk, xl, xh, xsum, K, row_mask, EVEN_K: tl.constexpr,
+              FMT: tl.constexpr, BLOCK_N: tl.constexpr, NB: tl.constexpr):
+    """A K-quant tile times x, (BLOCK_N, NB): one value per 32-weight block."""
+    lo, hi = k_floats(row_ptrs, b0, K, row_mask, EVEN_K, FMT, BLOCK_N, NB * 16)
+    part_lo = tl.sum(tl.reshape(lo * xl[None, :], (BLOCK_N, NB, 16)), axis=2)
+    part_hi = tl.sum(tl.reshape(hi * xh[None, :], (BLOCK_N, NB, 16)), axis=2)
+    smask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (bk < K // 32)[None, :]
+    s_lo, s_hi, m = k_scales(scale_rows, bk, smask, FMT)
+    if FMT == 8:
+        return s_lo * part_lo + s_hi * part_hi
+    return s_lo * (part_lo + part_hi) - m * xsum[None, :]
+
+
+@triton.jit
+def k_floats(row_ptrs, b0, K, row_mask, EVEN_K: tl.constexpr, FMT: tl.constexpr, BLOCK_N: tl.constexpr,
+             HALF: tl.constexpr):
+    """Nibble bytes b0 ... b0 + HALF - 1 of rows -> the integers of their (low, high) weights as fp32,
+    Q6_K's less 32. Q5_K's and Q6_K's plane after the nibbles holds, for nibble byte b, HB bits of each of its two
+    weights at bit 2*HB*(b % PER) of byte b // PER: the tile's plane bytes are read contiguously and each is
+    broadcast to its PER nibble bytes in registers (a gather of one byte per nibble byte ran Q6_K at 118 tok/s at
+    7B on an H100, Q4_K 334)."""
+    b = b0 + tl.arange(0, HALF)
+    mask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (b < K // 2)[None, :]
+    q = tl.load(row_ptrs + b[None, :], mask=mask, other=0, eviction_policy="evict_first")
+    if FMT == 6:
+        return nibble_floats(q, False)
+    HB: tl.constexpr = 1 if FMT == 7 else 2
+    PER: tl.constexpr = 8 // (2 * HB)
+    ONE: tl.constexpr = 1 if FMT == 7 else 3  # one weight's bits
+    BOTH: tl.constexpr = 3 if FMT == 7 else 15
+    p = b0 // PER + tl.arange(0, HALF // PER)  # the tile's plane bytes
+    pmask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (p < K // 2 // PER)[None, :]
+    h = tl.load(row_ptrs + K // 2 + p[None, :], mask=pmask, other=0, eviction_policy="evict_first").to(tl.int32)
+    h = tl.reshape(tl.broadcast_to(h[:, :, None], (BLOCK_N, HALF // PER, PER)), (BLOCK_N, HALF))
+    pair = (h >> ((tl.arange(0, HALF) % PER) * (2 * HB))[None, :]) & BOTH
+    q32 = q.to(tl.int32)
+    # integers under 2**23 to floats without the conversion instruction: OR in the exponent of 2**23, subtract it
+    lo = ((q32 & 15) | ((pair & ONE) << 4) | 0x4B000000).to(tl.float32, bitcast=True)
+    hi = ((q32 >> 4) | ((pair >> HB) << 4) | 0x4B000000).to(tl.float32, bitcast=True)
+    bias: tl.constexpr = 8388608.0 + (32.0 if FMT == 8 else 0.0)
+    return lo - bias, hi - bias
+
+
+@triton.jit
+def k_scales(scale_rows, bk, mask, FMT: tl.constexpr):
+    """32-weight blocks bk of rows -> fp32 (scale of weights 0-15, of weights 16-31, min): Q4_K and Q5_K d*sc
+    twice and dmin*m, Q6_K d times each half's int8 scale and no min (0)."""
+    WORDS: tl.constexpr = 9 if FMT == 8 else 10
+    first = (bk // 8 * WORDS)[None, :]  # the super-block's d
+    d = tl.load(scale_rows + first, mask=mask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+    if FMT == 8:
+        word = tl.load(scale_rows + first + 1 + (bk % 8)[None, :], mask=mask, other=0).to(tl.int32)
+        return d * ((word << 24) >> 24).to(tl.float32), d * (word >> 8).to(tl.float32), tl.zeros_like(d)
+    dmin = tl.load(scale_rows + first + 1, mask=mask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+    word = tl.load(scale_rows + first + 2 + (bk % 8)[None, :], mask=mask, other=0).to(tl.int32)
+    ds = d * (word & 255).to(tl.float32)
+    return ds, ds, dmin * ((word >> 8) & 255).to(tl.float32)
