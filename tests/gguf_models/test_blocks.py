@@ -111,9 +111,13 @@ def test_k_quants_mixed_per_tensor_on_the_triton_interpreter(tmp_path):
         torch.testing.assert_close(fused(*args, False), ref(*args, False), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("shape,nbytes,message", [((4, 48), 4 * 48 // 32 * 18, "not whole 32-weight q4_0 blocks"),
-                                                  ((4, 64), 4 * 2 * 18 - 5, "truncated")])
-def test_bad_block_tensors_refused(tmp_path, shape, nbytes, message):
+@pytest.mark.parametrize("fmt,shape,nbytes,message", [
+    (WeightFormat.q4_0, (4, 48), 4 * 48 // 32 * 18, "not whole 32-weight q4_0 blocks"),
+    (WeightFormat.q4_0, (4, 64), 4 * 2 * 18 - 5, "truncated"),
+    (WeightFormat.q4_k, (4, 288), 4 * 9 * 18, "not whole 256-weight q4_k blocks"),
+    (WeightFormat.q6_k, (4, 512), 4 * 2 * 210 - 1, "truncated"),
+])
+def test_bad_block_tensors_refused(tmp_path, fmt, shape, nbytes, message):
     """A row that is no whole number of blocks, or fewer bytes than the blocks need: one line, at open."""
     from types import SimpleNamespace
 
@@ -121,7 +125,7 @@ def test_bad_block_tensors_refused(tmp_path, shape, nbytes, message):
 
     t = SimpleNamespace(name="blk.0.attn_q.weight", data=np.zeros(nbytes, dtype=np.uint8))
     with pytest.raises(LlamafastError, match=message):
-        _block_ref(t, tmp_path / "m.gguf", shape, WeightFormat.q4_0)
+        _block_ref(t, tmp_path / "m.gguf", shape, fmt)
 
 
 def test_sparsify_reads_a_gguf_s_blocks_dequantized(tmp_path):
