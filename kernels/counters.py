@@ -15,9 +15,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._common import INTERPRET
+
 # Polls of the counter before the watchdog gives up: one takes about 1 us from L2, so this is seconds, while the
 # longest wait of a decode step (a 70B layer's FFN) is about 0.2 ms.
 MAX_SPINS = tl.constexpr(1 << 22)
+_ON_GPU = tl.constexpr(not INTERPRET)  # the interpreter runs no inline PTX
 
 
 @triton.jit
@@ -25,6 +28,27 @@ def _load_acquire(ptr):
     """Triton's loads have no acquire; an acquire atomic whose result is unused left no instruction in the PTX."""
     return tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptr], dtype=tl.int32,
                                      is_pure=False, pack=1)
+
+
+@triton.jit
+def _load_acquire_sys(ptr):
+    """An acquire load at system scope: it pairs with the releases that peer GPUs make over NVLink."""
+    return tl.inline_asm_elementwise("ld.acquire.sys.global.b32 $0, [$1];", "=r,l", [ptr], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def wait_arrivals(flag_ptr, n):
+    """Blocks until *flag_ptr >= n, a flag that the ranks of a tensor-parallel run raise (tp_sync.py). Every poll
+    is an acquire load, so no atomic is added to the line that the peers write: a program's atomic per wait, with
+    hundreds of programs waiting on one word, queues at that word's L2 slice."""
+    if _ON_GPU:
+        while _load_acquire_sys(flag_ptr) < n:
+            pass
+    else:  # one program at a time: the producers have run, so the flag is up
+        while tl.load(flag_ptr, volatile=True) < n:
+            pass
+    tl.debug_barrier()
 
 
 @triton.jit

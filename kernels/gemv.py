@@ -20,7 +20,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from llamafast.config import Weight, WeightFormat
 
 from ._common import INTERPRET, next_pow2, w_fp8
-from .counters import wait_count
+from .counters import wait_arrivals, wait_count
 from .gemv_blocks import dot_blocks
 from .gemv_kquants import dot_kblocks
 from .gemv_tiles import activation, load_tile, pair_tiles, row_scaled
@@ -37,12 +37,18 @@ def dot_rows(
     # per-op path only (PREFETCH == 0)
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x is x + PARTS fp32 partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (use_pdl): see _first_tile
-    wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT: x is ready once *wait_ptr >= wait_target (counters.py)
+    wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT, PARTS: x is ready once *wait_ptr >= wait_target
     WAIT: tl.constexpr = False,  # with PREFETCH only: the persistent kernel's path
     PREFETCH: tl.constexpr = 0,  # 1: each weight tile loaded one step ahead (_prefetched); n > 1: _staged
 ):
-    """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0."""
+    """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0. With PARTS, x is
+    complete once the flag at wait_ptr counts wait_target arrivals: under PDL the first weight tile is read
+    before that wait, otherwise the wait comes first."""
     tl.static_assert(PREFETCH > 0 or not WAIT, "WAIT is the persistent kernel's, which prefetches")
+    tl.static_assert(PARTS == 0 or PREFETCH == 0, "the ranks' partials reach the per-op GEMVs only")
+    if PARTS > 0:
+        if not PDL:
+            wait_arrivals(wait_ptr, wait_target)
     if W_FP8 >= 3:  # the block formats: their own loop, so the float and FP8 loops below compile without it
         tl.static_assert(PREFETCH == 0, "block-format weights run the per-op GEMVs only")
         if W_FP8 >= 6:
@@ -66,6 +72,8 @@ def dot_rows(
     if PDL:
         k = tl.arange(0, BLOCK_K)
         w, w2 = _first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR)
+        if PARTS > 0:
+            wait_arrivals(wait_ptr, wait_target)
         x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
         acc += w * x[None, :]
         if PAIR:

@@ -14,7 +14,7 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_vector, check_weight, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
-from .tp_sync import Peers, consumer_args, push_rows, release_slot, signal_peers, wait_arrivals
+from .tp_sync import Peers, consumer_args, push_rows, release_slot, signal_peers
 
 # (V, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 88.4 us = 2966 GB/s at 7B in bf16,
 # 48.2 us = 2720 GB/s in FP8 (E5M2).
@@ -37,13 +37,11 @@ def _rmsnorm_lm_head_kernel(
     table_ptr=None, flags_table=None, counter_ptr=None, offset=0, flag_offset=0, WORLD: tl.constexpr = 0,  # push
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
 ):
-    if PARTS > 0:
-        wait_arrivals(f_ptr, PARTS)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < V
     acc, _, ss = dot_rows(
         w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL,
+        p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS,
     )
     logits = acc * tl.rsqrt(ss / C + eps)
     if WORLD > 0:  # a vocabulary shard: into every rank's logits row
@@ -74,7 +72,7 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float
     cfg = gemv_config(CONFIGS if configs is None else configs, w)
     _rmsnorm_lm_head_kernel[(cdiv(v, cfg.block_n),)](
         x, norm_w, w.data, scale_arg(w), out, v, c, w.data.stride(0), eps,
-        **launch_args(cfg, w, pdl=not parts),
+        **launch_args(cfg, w, pdl=True),
         **parts,
     )
     return None if push is not None else out

@@ -21,7 +21,7 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_vector, check_weight, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
-from .tp_sync import consumer_args, release_slot, wait_arrivals
+from .tp_sync import consumer_args, release_slot
 
 # (N, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 36.7 us = 2741 GB/s at 7B in bf16,
 # 21.5 us = 2342 GB/s in FP8 (E5M2).
@@ -44,12 +44,10 @@ def _rmsnorm_qkv_rope_kernel(
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
 ):
-    if PARTS > 0:
-        wait_arrivals(f_ptr, PARTS)
     qkv_rope_tile(
         tl.program_id(0), x_ptr, g_ptr, w_ptr, s_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
         N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps, HEAD_DIM, BLOCK_N, BLOCK_K, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL,
+        p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS,
     )
     if PARTS > 0:
         release_slot(f_ptr)
@@ -108,6 +106,6 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
         x, norm_w, wqkv.data, scale_arg(wqkv), cos, sin, pos, q, k_cache, v_cache,
         n, c, qd, kvh * d, wqkv.data.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
-        HEAD_DIM=d, **launch_args(cfg, wqkv, block_n, pdl=not parts), **parts,
+        HEAD_DIM=d, **launch_args(cfg, wqkv, block_n, pdl=True), **parts,
     )
     return q

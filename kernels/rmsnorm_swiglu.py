@@ -17,7 +17,7 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_vector, check_weight, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
-from .tp_sync import consumer_args, release_slot, wait_arrivals
+from .tp_sync import consumer_args, release_slot
 
 # (F, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 64.8 us = 2785 GB/s at 7B in bf16,
 # 35.9 us = 2516 GB/s in FP8 (E5M2).
@@ -39,10 +39,8 @@ def _rmsnorm_swiglu_kernel(
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
 ):
-    if PARTS > 0:
-        wait_arrivals(f_ptr, PARTS)
     swiglu_tile(tl.program_id(0), x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, stride_wn, eps,
-                BLOCK_N, BLOCK_K, EVEN_K, W_FP8, p_ptr, xo_ptr, PARTS, PDL)
+                BLOCK_N, BLOCK_K, EVEN_K, W_FP8, p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS)
     if PARTS > 0:
         release_slot(f_ptr)
 
@@ -84,6 +82,6 @@ def rmsnorm_swiglu(x, norm_w, w1: Weight, w3: Weight, eps, configs=None):
     cfg = gemv_config(CONFIGS if configs is None else configs, w1)
     _rmsnorm_swiglu_kernel[(cdiv(f, cfg.block_n),)](
         x, norm_w, a, b, scale_arg(w1), scale_arg(w3), out,
-        f, c, a.stride(0), eps, **launch_args(cfg, w1, pdl=not parts), **parts
+        f, c, a.stride(0), eps, **launch_args(cfg, w1, pdl=True), **parts
     )
     return out

@@ -5,8 +5,9 @@ Under Megatron sharding (attention by heads, the FFN by neurons) wo and w2 each 
 every rank. Here the projection that makes it (push_linear, or the LM head with push=) stores its rows straight
 into each peer's buffer over NVLink (C x 4 bytes per peer per sync), and the program that finishes last on a
 rank raises a flag on every rank. The consumer, rmsnorm_qkv_rope / rmsnorm_swiglu / rmsnorm_lm_head given a
-SummedInput, waits for N flags, sums residual + the N partials in rank order while streaming its weights
-(gemv_tiles.add_parts), stores that sum for the next residual, and its last program resets the flag in the graph.
+SummedInput, reads its first weight tile, waits for N arrivals (gemv.dot_rows, counters.wait_arrivals), sums
+residual + the N partials in rank order while streaming its weights (gemv_tiles.add_parts), stores that sum for
+the next residual, and its last program resets the flag in the graph.
 Pushing rather than pulling: every consumer program needs the whole input vector, so pulling it from the peers
 would cross NVLink once per program (hundreds of times per sync) instead of once.
 
@@ -14,13 +15,15 @@ Decode has 2 synchronisation points per layer (after wo, after w2) and one for t
 Buffers and flags are per (layer, op) slot, so a slot is only rewritten in the next decode step, after every
 rank has passed the slot's consumer: rank r reaches step t+1's layer 0 only once every peer finished step t.
 
-Measured on 2 H200s at Llama-2-7B (scripts/profile_tp.py; scripts/results/tp/h200x2_flags, h200x2_tagged), per
-synchronisation point over the step with no communication at all: 8.0 us with the producers' tickets counted at GPU
-scope and one system-scope fence by the last program, 8.6 us with every program's ticket at system scope, 9.4-9.6
-us for NCCL's all-reduce. Wider push launches (8 or 16 rows x 1024, 4 warps) cost 9.4 and 14.0 us. Values tagged
-with the step in one 8-byte word each (NCCL's LL protocol: no ticket, no flag), which every consumer program polled
-slice by slice, cost 16.4 us (not taken apart; it doubles the bytes every program reads and adds a block reduction
-per slice to test the tags).
+Measured on 2 H200s (scripts/profile_tp.py; scripts/results/tp/h200x2_flags, h200x2_tagged, h200x2_variants), per
+synchronisation point over the step with no communication at all, Llama-2-7B / 13B: NCCL's all-reduce 9.6 / 10.9 us.
+The consumer polling with acquire loads and launched with PDL (its first weight tile read before the waits) 9.5 /
+0.8 us; the same without PDL 8.2 / 3.3 us; PDL wins 2.6 us a point at 13B and loses 1.3 at 7B, and is kept, as on
+one GPU. Every push program releasing its own arrival on every rank (no ticket) 14.3 / 8.8 us; every program's
+ticket at system scope 8.6 / 4.8 us; wider push launches (8 or 16 rows x 1024, 4 warps) 9.4 and 14.0 us at 7B.
+Values tagged with the step in one 8-byte word each (NCCL's LL protocol: no ticket, no flag), which every consumer
+program polled slice by slice, cost 16.4 us at 7B (it doubles the bytes every program reads and adds a block
+reduction per slice to test the tags).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import triton.language as tl
 from llamafast.config import Weight
 
 from ._common import cdiv, check_rows, check_vector, scale_arg
+from .counters import wait_arrivals
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 from .linear_residual import CONFIGS as LINEAR_CONFIGS
 
@@ -80,15 +84,6 @@ def consumer_args(x) -> tuple[torch.Tensor, dict]:
 
 
 @triton.jit
-def wait_arrivals(f_ptr, n):
-    """Spins until the slot's flag counts n arrivals: volatile loads (no RMW traffic on the line the peers
-    write), then one acquire so that the parts written before each peer's release are visible."""
-    while tl.load(f_ptr, volatile=True) < n:
-        pass
-    tl.atomic_add(f_ptr, 0, sem="acquire", scope="sys")
-
-
-@triton.jit
 def release_slot(f_ptr):
     """The consumer's last program resets the flag for the next step (every program has read the parts)."""
     tl.debug_barrier()
@@ -126,11 +121,13 @@ def _push_linear_kernel(
     x_ptr, w_ptr, s_ptr, table_ptr, flags_table, counter_ptr,  # x (K,), W (N, K), E4M3 scales (N,)
     N, K, stride_wn, offset, flag_offset,  # rows go to offset + row in each rank's parts buffer
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, WORLD: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
     acc, _, _ = dot_rows(
-        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, x_ptr, rows, mask, K, stride_wn, BLOCK_N, BLOCK_K, False, False, EVEN_K, W_FP8
+        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, x_ptr, rows, mask, K, stride_wn, BLOCK_N, BLOCK_K, False, False, EVEN_K, W_FP8,
+        PDL=PDL,
     )
     push_rows(acc, rows, mask, table_ptr, offset, WORLD)
     signal_peers(counter_ptr, flags_table, flag_offset, WORLD)
@@ -154,7 +151,7 @@ def push_linear(x: torch.Tensor, w: Weight, peers: Peers, slot: int, residual, c
     _push_linear_kernel[(cdiv(n, cfg.block_n),)](
         x, w.data, scale_arg(w), peers.parts_table, peers.flags_table, peers.counters[slot:],
         n, k, w.data.stride(0), (slot * peers.world + peers.rank) * c, slot * 2,
-        WORLD=peers.world, **launch_args(cfg, w),
+        WORLD=peers.world, **launch_args(cfg, w, pdl=True),
     )
     return SummedInput(residual, peers.parts[slot], peers.flags[slot], torch.empty_like(residual))
 

@@ -36,6 +36,7 @@ class PrefillResult:
     prompt_graphs: bool = False  # chunks replayed from CUDA graphs (prompt_graph.py), else queued op by op
     speedup: float | None = None  # reference ttft / this ttft at the same length, when the reference ran
     tp: int = 1  # tensor-parallel ranks
+    tp_comm: str | None = None  # tensor parallel: how the ranks sum (tp/comm.py)
     vs_tp1: float | None = None  # tensor parallel: the TP=1 ttft (add_tp1 says which) / this ttft
 
 
@@ -116,7 +117,7 @@ def run_prefill_bench(
             median = times[len(times) // 2]
             report.results.append(PrefillResult(backend.value, n, median * 1e3, times[0] * 1e3, n / median,
                                                 prefill_flops(config, n) / median / 1e12, engine.prompts is not None,
-                                                tp=model.world))
+                                                tp=model.world, tp_comm=model.comm and model.comm.name.value))
         del engine, model
         if device.type == "cuda":
             torch.cuda.empty_cache()

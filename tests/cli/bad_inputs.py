@@ -378,6 +378,8 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case(GENERATE, "--tp 0", lambda t: ["hi", "--tp", "0"], "at least 1"),
         Case("bench decode", "--tp-comm without tensor parallelism", lambda t: [*BENCH, "--tp-comm", "nccl"],
              "only to a tensor-parallel run"),
+        Case("bench prefill", "--tp-comm without tensor parallelism", lambda t: [*BENCH, "--tp-comm", "symm"],
+             "only to a tensor-parallel run"),
         Case(GENERATE, "WORLD_SIZE without RANK, MASTER_ADDR and MASTER_PORT (not torchrun)", lambda t: ["hi"],
              "torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
              env={"WORLD_SIZE": "2", "RANK": None, "MASTER_ADDR": None, "MASTER_PORT": None}),

@@ -15,7 +15,7 @@ from llamafast.cli.bench.shared import (
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, note, pick, stdout_console,
 )
-from llamafast.cli.tp import TPOpt, attach_comm, on_every_rank, tensor_parallel
+from llamafast.cli.tp import TP_COMM_HELP, TPOpt, make_comms, on_every_rank, tensor_parallel
 from llamafast.config import Backend, TPComm
 from llamafast.errors import LlamafastError
 
@@ -39,21 +39,23 @@ def prefill(
     chunk: Annotated[Optional[int], typer.Option(help="Prompt tokens per forward pass [default: 2048, generate.PREFILL_CHUNK].")] = None,
     backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: triton and reference on CUDA, reference on the CPU].")] = None,
     tp: TPOpt = None,
+    tp_comm: Annotated[Optional[list[TPComm]], typer.Option(help=TP_COMM_HELP + "; repeatable [default: both, side by side].")] = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ):
     """Time to first token and prefill tokens/s at each prompt length, per backend (triton with and without prompt
-    graphs), on the same weights. Under torchrun: each rank's shard, then the whole model on rank 0's GPU (TP=1),
-    where it fits."""
+    graphs), on the same weights. Under torchrun: each rank's shard with each --tp-comm, then the whole model on
+    rank 0's GPU (TP=1), where it fits."""
     from llamafast.bench.prefill import add_tp1, run_prefill_bench
     from llamafast.generate import PREFILL_CHUNK
 
     with clean_errors(), tensor_parallel(tp, device) as ranks:
         t, lengths, backends = on_every_rank(ranks, lambda: _options(
             model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_lens, reps, chunk, backend,
-            ranks))
+            tp_comm, ranks))
         n_chunk = pick(chunk, PREFILL_CHUNK)
-        report, startup = _timed(t, backends, ranks, lengths, reps, n_chunk)
+        # comms live to the end: the other ranks mapped a symm comm's buffers; the shard is freed on return
+        report, startup, comms = _timed(t, backends, tp_comm, ranks, lengths, reps, n_chunk)
         beside_tp1(ranks, t, readied_as(backends), None,
                    lambda whole: add_tp1(report, run_prefill_bench(whole[0], backends, lengths, reps, n_chunk)))
         if (ranks is None or ranks.leader) and not emit_json(  # one report under torchrun, rank 0's
@@ -61,21 +63,33 @@ def prefill(
             _print_report(report, startup)
 
 
-def _timed(t, backends, ranks, lengths: list[int], reps: int, n_chunk: int):
-    """t's weights (a rank's shard under tensor parallelism, its prompts through NCCL) timed; returns the report
-    and the Startup. The model is freed on return, before beside_tp1 needs the room."""
+def _timed(t, backends, tp_comm, ranks, lengths: list[int], reps: int, n_chunk: int):
+    """t's weights (a rank's shard under tensor parallelism, with each --tp-comm) timed; returns the report, the
+    Startup and the comms. The model is freed on return, before beside_tp1 needs the room."""
     from llamafast.bench.prefill import run_prefill_bench
 
     with readied(t, readied_as(backends), ranks) as (models, startup):
-        note(attach_comm(ranks, models[0], TPComm.nccl))
-        return run_prefill_bench(models[0], backends, lengths, reps, n_chunk), startup
+        if ranks is None:
+            return run_prefill_bench(models[0], backends, lengths, reps, n_chunk), startup, []
+        made = make_comms(ranks, models[0], tp_comm or [TPComm.symm, TPComm.nccl])
+        for _, text in made:
+            note(text)
+        reports = []
+        for comm, _ in made:
+            models[0].model.comm = comm
+            reports.append(run_prefill_bench(models[0], backends, lengths, reps, n_chunk))
+        for r in reports[1:]:
+            reports[0].results += r.results
+        return reports[0], startup, [c for c, _ in made]
 
 
 def _options(model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_lens, reps, chunk, backend,
-             ranks):
+             tp_comm, ranks):
     """The weights, prompt lengths and backends, checked (on every rank alike) before any weights load."""
     if reps < 1 or (chunk is not None and chunk < 1):
         raise LlamafastError("--reps and --chunk must be at least 1")
+    if tp_comm and not ranks:
+        raise LlamafastError("--tp-comm applies only to a tensor-parallel run (torchrun ... --tp N)")
     t = target(model, tokenizer, random_weights, shape, device, dtype, config, out, ranks)
     lengths = prompt_lengths(prompt_lens, DEFAULT_LENGTHS, t.config.max_seq_len)
     backends = backend or ([t.run.backend] if t.run.backend else None)
@@ -94,7 +108,8 @@ def _print_report(report: PrefillReport, startup: Startup) -> None:
     table = Table("backend", "prompt graphs", *["tp"] * tp, "prompt", "ttft ms", "min ms", "prefill tok/s", "TFLOP/s",
                   "vs reference", *["vs TP=1"] * tp)
     for r in report.results:
-        table.add_row(r.backend, "yes" if r.prompt_graphs else "no", *[str(r.tp)] * tp, str(r.prompt_tokens),
+        mode = f"{r.tp} {r.tp_comm}" if r.tp_comm else str(r.tp)
+        table.add_row(r.backend, "yes" if r.prompt_graphs else "no", *[mode] * tp, str(r.prompt_tokens),
                       f"{r.ttft_ms:.2f}", f"{r.ttft_ms_min:.2f}", f"{r.prefill_tokens_per_s:.0f}", f"{r.tflop_s:.3g}",
                       times(r.speedup), *[times(r.vs_tp1)] * tp)
     console.print(table)
