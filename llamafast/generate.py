@@ -76,7 +76,7 @@ class Engine:
             self.mode = "eager"  # the kernels under TRITON_INTERPRET=1 on the CPU: no graphs there
         if model.cache_len != max_seq_len:
             model.setup_cache(max_seq_len)
-        graphs = prompt_graphs and self.mode == "graph" and model.comm is None  # TP prompts: NCCL, eager
+        graphs = prompt_graphs and self.mode == "graph" and model.comm is None  # TP prompts: eager
         self.prompts = PromptGraphs(model, prefill_chunk) if graphs else None
         if self.mode == "compile":
             _inductor_settings()

@@ -30,8 +30,9 @@ from llamafast.errors import LlamafastError, SharedError
 T = TypeVar("T")
 
 TPOpt = Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel size: one GPU per rank, started with torchrun --nproc-per-node N -m llamafast ... [default: torchrun's process count, else 1].")]
-TP_COMM_HELP = ("How tensor-parallel ranks combine partial sums in decode: symm (symmetric memory, summed inside "
-                "the next kernel) or nccl (an all-reduce after wo and w2, gpt-fast's scheme)")
+TP_COMM_HELP = ("How tensor-parallel ranks combine partial sums: symm (symmetric memory: summed inside the next "
+                "kernel in decode, torch's two-shot all-reduce for prompts) or nccl (NCCL all-reduces after wo and "
+                "w2, gpt-fast's scheme)")
 
 
 # The commands that run tensor parallel; under torchrun any other would run once per rank, side by side. bench's
