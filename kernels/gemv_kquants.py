@@ -12,7 +12,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from llamafast.config import SCALE_WORDS
+
 from .gemv_blocks import nibble_floats
+
+_WORDS_Q6 = tl.constexpr(SCALE_WORDS["q6_k"])  # int16 scale words per 256-weight super-block
+_WORDS_Q45 = tl.constexpr(SCALE_WORDS["q4_k"])  # Q4_K's and Q5_K's
 from .gemv_tiles import activation
 
 
@@ -22,9 +27,7 @@ def dot_kblocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows,
                 EVEN_K: tl.constexpr, FMT: tl.constexpr, PARTS: tl.constexpr):
     """dot_rows for K-quant weights (BLOCK_K a multiple of 32): (W @ x, W2 @ x, sum(x^2)) in fp32."""
     NB: tl.constexpr = BLOCK_K // 32
-    WORDS: tl.constexpr = 9 if FMT == 8 else 10
     offs = rows[:, None].to(tl.int64) * stride_wn
-    soffs = rows[:, None].to(tl.int64) * (K // 256 * WORDS)
     acc, acc2 = tl.zeros((BLOCK_N, NB), dtype=tl.float32), tl.zeros((BLOCK_N, NB), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K // 2,), dtype=tl.float32)
     c = tl.arange(0, BLOCK_K // 2)  # byte within the tile
@@ -35,23 +38,23 @@ def dot_kblocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows,
         xh, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + low + 16, K, NORM, EVEN_K, PARTS)
         xsum = tl.sum(tl.reshape(xl + xh, (NB, 16)), axis=1)  # each block's activations, for the mins
         bk = k0 // 32 + kb
-        acc += _k_blocks(w_ptr + offs, s_ptr + soffs, k0 // 2, bk, xl, xh, xsum, K, row_mask, EVEN_K, FMT, BLOCK_N,
+        acc += _k_blocks(w_ptr + offs, s_ptr, rows, k0 // 2, bk, xl, xh, xsum, K, row_mask, EVEN_K, FMT, BLOCK_N,
                          NB)
         if PAIR:
-            acc2 += _k_blocks(w2_ptr + offs, s2_ptr + soffs, k0 // 2, bk, xl, xh, xsum, K, row_mask, EVEN_K, FMT,
+            acc2 += _k_blocks(w2_ptr + offs, s2_ptr, rows, k0 // 2, bk, xl, xh, xsum, K, row_mask, EVEN_K, FMT,
                               BLOCK_N, NB)
     return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
 
 
 @triton.jit
-def _k_blocks(row_ptrs, scale_rows, b0, bk, xl, xh, xsum, K, row_mask, EVEN_K: tl.constexpr,
+def _k_blocks(row_ptrs, s_ptr, rows, b0, bk, xl, xh, xsum, K, row_mask, EVEN_K: tl.constexpr,
               FMT: tl.constexpr, BLOCK_N: tl.constexpr, NB: tl.constexpr):
     """A K-quant tile times x, (BLOCK_N, NB): one value per 32-weight block."""
     lo, hi = k_floats(row_ptrs, b0, K, row_mask, EVEN_K, FMT, BLOCK_N, NB * 16)
     part_lo = tl.sum(tl.reshape(lo * xl[None, :], (BLOCK_N, NB, 16)), axis=2)
     part_hi = tl.sum(tl.reshape(hi * xh[None, :], (BLOCK_N, NB, 16)), axis=2)
     smask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (bk < K // 32)[None, :]
-    s_lo, s_hi, m = k_scales(scale_rows, bk, smask, FMT)
+    s_lo, s_hi, m = k_scales(s_ptr, rows, bk, K, smask, FMT)
     if FMT == 8:
         return s_lo * part_lo + s_hi * part_hi
     return s_lo * (part_lo + part_hi) - m * xsum[None, :]
@@ -63,8 +66,8 @@ def k_floats(row_ptrs, b0, K, row_mask, EVEN_K: tl.constexpr, FMT: tl.constexpr,
     """Nibble bytes b0 ... b0 + HALF - 1 of rows -> the integers of their (low, high) weights as fp32,
     Q6_K's less 32. Q5_K's and Q6_K's plane after the nibbles holds, for nibble byte b, HB bits of each of its two
     weights at bit 2*HB*(b % PER) of byte b // PER: the tile's plane bytes are read contiguously and each is
-    broadcast to its PER nibble bytes in registers (a gather of one byte per nibble byte ran Q6_K at 118 tok/s at
-    7B on an H100, Q4_K 334)."""
+    broadcast to its PER nibble bytes in registers (a gather of one plane byte per nibble byte ran Q5_K at 111.8
+    and Q6_K at 118.2 tok/s at 7B on an H100: scripts/results/quant/bench_7b_kquants_gather.txt)."""
     b = b0 + tl.arange(0, HALF)
     mask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (b < K // 2)[None, :]
     q = tl.load(row_ptrs + b[None, :], mask=mask, other=0, eviction_policy="evict_first")
@@ -88,16 +91,16 @@ def k_floats(row_ptrs, b0, K, row_mask, EVEN_K: tl.constexpr, FMT: tl.constexpr,
 
 
 @triton.jit
-def k_scales(scale_rows, bk, mask, FMT: tl.constexpr):
-    """32-weight blocks bk of rows -> fp32 (scale of weights 0-15, of weights 16-31, min): Q4_K and Q5_K d*sc
-    twice and dmin*m, Q6_K d times each half's int8 scale and no min (0)."""
-    WORDS: tl.constexpr = 9 if FMT == 8 else 10
-    first = (bk // 8 * WORDS)[None, :]  # the super-block's d
-    d = tl.load(scale_rows + first, mask=mask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+def k_scales(s_ptr, rows, bk, K, mask, FMT: tl.constexpr):
+    """32-weight blocks bk of rows (rows of K weights) -> fp32 (scale of weights 0-15, of weights 16-31, min):
+    Q4_K and Q5_K d*sc twice and dmin*m, Q6_K d times each half's int8 scale and no min (0)."""
+    WORDS: tl.constexpr = _WORDS_Q6 if FMT == 8 else _WORDS_Q45
+    first = s_ptr + rows[:, None].to(tl.int64) * (K // 256 * WORDS) + (bk // 8 * WORDS)[None, :]  # the d words
+    d = tl.load(first, mask=mask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
     if FMT == 8:
-        word = tl.load(scale_rows + first + 1 + (bk % 8)[None, :], mask=mask, other=0).to(tl.int32)
+        word = tl.load(first + 1 + (bk % 8)[None, :], mask=mask, other=0).to(tl.int32)
         return d * ((word << 24) >> 24).to(tl.float32), d * (word >> 8).to(tl.float32), tl.zeros_like(d)
-    dmin = tl.load(scale_rows + first + 1, mask=mask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
-    word = tl.load(scale_rows + first + 2 + (bk % 8)[None, :], mask=mask, other=0).to(tl.int32)
+    dmin = tl.load(first + 1, mask=mask, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+    word = tl.load(first + 2 + (bk % 8)[None, :], mask=mask, other=0).to(tl.int32)
     ds = d * (word & 255).to(tl.float32)
     return ds, ds, dmin * ((word >> 8) & 255).to(tl.float32)
