@@ -15,10 +15,10 @@ import triton.language as tl
 from llamafast.config import SCALE_WORDS
 
 from .gemv_blocks import nibble_floats
+from .gemv_tiles import activation
 
 _WORDS_Q6 = tl.constexpr(SCALE_WORDS["q6_k"])  # int16 scale words per 256-weight super-block
 _WORDS_Q45 = tl.constexpr(SCALE_WORDS["q4_k"])  # Q4_K's and Q5_K's
-from .gemv_tiles import activation
 
 
 @triton.jit
