@@ -316,7 +316,8 @@ def _check_format(name: str, linear: _Linear) -> None:
     fmt, w, scale = linear.fmt, linear.weight, linear.scale
     if fmt.is_block:
         n, k = Weight(w, scale, fmt).shape
-        ok = w.dtype == block_dtype(fmt) and scale is not None and scale.dtype == fmt.scale_dtype and not k % fmt.block_k
+        ok = (w.dtype == block_dtype(fmt) and scale is not None and scale.dtype == fmt.scale_dtype
+              and not k % fmt.block_k)
         if not ok or tuple(scale.shape) != fmt.scale_shape(n, k):
             raise LlamafastError(f"{name}.weight is {w.dtype} {tuple(w.shape)} with scales "
                                  f"{None if scale is None else tuple(scale.shape)}, which is not {fmt.value} blocks")

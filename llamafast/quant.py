@@ -118,8 +118,9 @@ def scale_name(weight_name: str) -> str:
 
 
 # The block formats (GGUF Q8_0, Q4_0, Q4_1; the K-quants in quant_k), in the layout the kernels read
-# (config.WeightFormat): data (N, K) int8 or (N, K/2) uint8 nibbles, fp16 scales (N, K/32), Q4_1's (N, K/32, 2) (scale, min). Values are GGUF's: the
-# arithmetic below is gguf-py's reference quantizer and dequantizer, step for step in fp32, so the bits agree.
+# (config.WeightFormat): data (N, K) int8 or (N, K/2) uint8 nibbles, fp16 scales (N, K/32), Q4_1's (N, K/32, 2)
+# (scale, min). Values are GGUF's: the arithmetic below is gguf-py's reference quantizer and dequantizer, step for
+# step in fp32, so the bits agree.
 
 def block_dtype(fmt: WeightFormat) -> torch.dtype:
     """The data tensor's dtype: Q8_0's quants are int8, Q4's bytes of two nibbles uint8."""

@@ -13,7 +13,6 @@ import torch
 
 from llamafast.config import QK, SCALE_WORDS, WeightFormat
 
-_HB = {"q4_k": 0, "q5_k": 1, "q6_k": 2}  # bits above the nibble
 _LEVELS = {"q4_k": 15, "q5_k": 31}
 
 
@@ -44,7 +43,7 @@ def pack(q: torch.Tensor, words: torch.Tensor, fmt: WeightFormat) -> torch.Tenso
     n = q.shape[0]
     q = q.reshape(n, -1, 2, 16)  # per 32-weight block: weights 0-15, weights 16-31
     data = [((q[..., 0, :] & 15) | ((q[..., 1, :] & 15) << 4)).reshape(n, -1)]
-    hb = _HB[fmt.value]
+    hb = fmt.bits - 4  # bits above the nibble
     if hb:
         per = 8 // (2 * hb)
         pair = ((q[..., 0, :] >> 4) | ((q[..., 1, :] >> 4) << hb)).reshape(n, -1, 16 // per, per)
@@ -57,7 +56,7 @@ def dequantize_k(w: torch.Tensor, scale: torch.Tensor, fmt: WeightFormat) -> tor
     n, k = w.shape[0], w.shape[1] * 8 // fmt.bits
     nib = w[:, : k // 2].reshape(n, -1, 16)
     q = torch.stack((nib & 15, nib >> 4), dim=2)  # (N, K/32, 2, 16)
-    hb = _HB[fmt.value]
+    hb = fmt.bits - 4  # bits above the nibble
     if hb:
         per = 8 // (2 * hb)
         plane = w[:, k // 2:].reshape(n, -1, 16 // per, 1)

@@ -9,7 +9,7 @@ vocabulary-sharded logits. The residual stream stays whole on every rank, added 
           captured in the decode graph; the baseline.
     symm  decode through symmetric memory (kernels/tp_sync.py): wo and w2 push their partials into every rank's
           buffer and the next fused kernel sums them while it reads its input; no all-reduce kernel at all.
-          Prompts (S > 1) sum through torch's two-shot all-reduce on symmetric memory (prompt_sum).
+          Prompts (S > 1) sum through torch's two-shot all-reduce on symmetric memory (sum_ranks).
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ class NcclComm:
 
     def row_linear(self, ops, x, w: Weight, residual, slot: int):
         """residual + sum over ranks of x_r @ w_r.T: this rank's partial, the residual added on rank 0 only."""
-        out = ops.linear_residual(x, w, residual if self.rank == 0 else torch.zeros_like(residual))
+        return self.sum_ranks(ops.linear_residual(x, w, residual if self.rank == 0 else torch.zeros_like(residual)))
+
+    def sum_ranks(self, out: torch.Tensor) -> torch.Tensor:
+        """out summed over the ranks, in place: an NCCL all-reduce."""
         dist.all_reduce(out, group=self.group)
         return out
 
@@ -52,24 +55,24 @@ class SymmComm(NcclComm):
         super().__init__(ranks, vocab_sharded)
         self.peers = symmetric_peers(ranks, 2 * n_layers + 1, dim, vocab if vocab_sharded else 0)
         self.push_configs: dict | None = None  # push_linear's launch table (None: the committed one)
-        self.prompt_buffers: dict[torch.dtype, torch.Tensor] = {}  # prompt_sum's, per activation dtype
+        self.prompt_buffers: dict[torch.dtype, torch.Tensor] = {}  # sum_ranks', per activation dtype
 
     def row_linear(self, ops, x, w: Weight, residual, slot: int):
         if x.shape[0] > 1:
-            return self.prompt_sum(ops.linear_residual(x, w, residual if self.rank == 0 else torch.zeros_like(residual)))
+            return super().row_linear(ops, x, w, residual, slot)
         from llamafast.kernels.tp_sync import push_linear
 
         return push_linear(x, w, self.peers, slot, residual, self.push_configs)
 
-    def prompt_sum(self, out: torch.Tensor) -> torch.Tensor:
+    def sum_ranks(self, out: torch.Tensor) -> torch.Tensor:
         """A prompt chunk's (S, C) partials summed over the ranks into out: copied into a symmetric buffer, then
         torch's two-shot all-reduce (each rank sums its share of the rows, read from every rank, and every rank
         reads the others' sums). The buffer is made at the first chunk, on every rank at once (prompts run in
         step), and grows with the chunk."""
-        import torch.distributed._symmetric_memory as symm_mem
-
         buf = self.prompt_buffers.get(out.dtype)
         if buf is None or buf.numel() < out.numel():
+            import torch.distributed._symmetric_memory as symm_mem
+
             buf = symm_mem.empty(out.numel(), dtype=out.dtype, device=out.device)
             symm_mem.rendezvous(buf, self.group.group_name)
             self.prompt_buffers[out.dtype] = buf
