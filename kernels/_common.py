@@ -47,6 +47,7 @@ def check_rows(name: str, t: torch.Tensor, k: int) -> None:
 
 def w_fp8(weight: Weight) -> int:
     """W_FP8 for a weight, after checking that its tensors are what its format says they are."""
+    assert weight.tail is None, "only rmsnorm_qkv_rope takes a weight with rows in a second format"
     w, scale, fmt = weight.data, weight.scale, weight.fmt
     if fmt.is_block:
         n, k = weight.shape

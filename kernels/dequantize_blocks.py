@@ -72,7 +72,9 @@ def _spread(v, BLOCK_N: tl.constexpr, NB: tl.constexpr):
 
 
 def dequantize_blocks(w: Weight, dtype: torch.dtype) -> torch.Tensor:
-    """A block-format weight (N, K) as a dense (N, K) tensor of dtype."""
+    """A block-format weight (N, K) as a dense (N, K) tensor of dtype, its tail's rows included."""
+    if w.tail is not None:
+        return torch.cat([dequantize_blocks(w.head, dtype), dequantize_blocks(w.tail, dtype)])
     n, k = w.shape
     assert w.fmt.is_block and k % w.fmt.block_k == 0, f"{w.fmt.value}: blocks of {w.fmt.block_k} along K"
     out = torch.empty((n, k), device=w.data.device, dtype=dtype)

@@ -19,7 +19,7 @@ import triton.language as tl
 
 from llamafast.config import Weight
 
-from ._common import cdiv, check_vector, check_weight, scale_arg
+from ._common import cdiv, check_vector, check_weight, scale_arg, w_fp8
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 from .tp_sync import consumer_args, release_slot
 
@@ -43,11 +43,13 @@ def _rmsnorm_qkv_rope_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
+    t_ptr=None, ts_ptr=None, split=0, stride_tn=0, T_FMT: tl.constexpr = -1,  # rows from split on: tail weight
 ):
     qkv_rope_tile(
         tl.program_id(0), x_ptr, g_ptr, w_ptr, s_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
         N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps, HEAD_DIM, BLOCK_N, BLOCK_K, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS,
+        p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS, t_ptr=t_ptr, ts_ptr=ts_ptr, split=split, stride_tn=stride_tn,
+        T_FMT=T_FMT,
     )
     if PARTS > 0:
         release_slot(f_ptr)
@@ -61,15 +63,25 @@ def qkv_rope_tile(
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0, PDL: tl.constexpr = False,
     wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
     PREFETCH: tl.constexpr = 0,
+    t_ptr=None, ts_ptr=None, split=0, stride_tn=0, T_FMT: tl.constexpr = -1,  # the tail's rows (per-op path only)
 ):
-    """Rows tile * BLOCK_N ... of the kernel's output: q rows, or k and v rows stored into the caches."""
+    """Rows tile * BLOCK_N ... of the kernel's output: q rows, or k and v rows stored into the caches. With T_FMT
+    >= 0, rows from split on (a multiple of BLOCK_N) are the tail weight's, in block format T_FMT: each program
+    takes one branch."""
     rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
-    acc, _, ss = dot_rows(
-        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT,
-        PREFETCH,
-    )
+    if T_FMT >= 0:  # block formats only: no PDL, partials or persistent waits
+        if tile * BLOCK_N >= split:
+            acc, _, ss = dot_rows(t_ptr, t_ptr, ts_ptr, ts_ptr, x_ptr, g_ptr, rows - split, mask, C, stride_tn,
+                                  BLOCK_N, BLOCK_K, True, False, EVEN_K, T_FMT)
+        else:
+            acc, _, ss = dot_rows(w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N,
+                                  BLOCK_K, True, False, EVEN_K, W_FP8)
+    else:
+        acc, _, ss = dot_rows(
+            w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K,
+            W_FP8, p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT, PREFETCH,
+        )
     acc = acc * tl.rsqrt(ss / C + eps)
     # RoPE on (even, odd) row pairs of q and k; v rows pass through.
     pos = tl.load(pos_ptr)
@@ -102,10 +114,23 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
     q = torch.empty((1, qd // d, d), device=x.device, dtype=x.dtype)
     cfg = gemv_config(CONFIGS if configs is None else configs, wqkv)
+    head, tail = wqkv.head, wqkv.tail
     block_n = max(2, cfg.block_n)  # even, so both rows of a RoPE pair are in one program
+    while tail is not None and head.shape[0] % block_n:  # a program's rows are all the head's or all the tail's
+        block_n //= 2
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
-        x, norm_w, wqkv.data, scale_arg(wqkv), cos, sin, pos, q, k_cache, v_cache,
-        n, c, qd, kvh * d, wqkv.data.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
-        HEAD_DIM=d, **launch_args(cfg, wqkv, block_n, pdl=True), **parts,
+        x, norm_w, head.data, scale_arg(head), cos, sin, pos, q, k_cache, v_cache,
+        n, c, qd, kvh * d, head.data.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
+        HEAD_DIM=d, **launch_args(cfg, head, block_n, pdl=True), **parts, **_tail_args(head, tail),
     )
     return q
+
+
+def _tail_args(head: Weight, tail: Weight | None) -> dict:
+    """The kernel's tail arguments: the rows past the head's, in their own block format."""
+    if tail is None:
+        return {}
+    check_weight("wqkv's tail", tail, head.shape[1])
+    assert tail.fmt.is_block and head.shape[0] % 2 == 0, "a tail is block-format rows after an even head"
+    return {"t_ptr": tail.data, "ts_ptr": scale_arg(tail), "split": head.shape[0], "stride_tn": tail.data.stride(0),
+            "T_FMT": w_fp8(tail)}

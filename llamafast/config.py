@@ -238,17 +238,24 @@ SCALE_WORDS = {"q4_k": 10, "q5_k": 10, "q6_k": 9}
 class Weight:
     """A linear weight as every op takes it: the tensor as stored ((N, K), or (N, K/2) packed nibbles), its scales
     (E4M3's fp32 per row, the block formats' fp16 per block; None in the others) and the format that says how to
-    read them."""
+    read them. tail: the rows after data's, stored in another block format (a GGUF file's wv beside its wq and wk:
+    llama.cpp's Q4_K_M gives wv Q6_K in some layers); only rmsnorm_qkv_rope and the dequantizers take one."""
 
     data: torch.Tensor
     scale: torch.Tensor | None = None
     fmt: WeightFormat = WeightFormat.float
+    tail: Weight | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
-        """(N, K) in weights, whatever the storage."""
+        """(N, K) in weights, whatever the storage, the tail's rows included."""
         n, cols = self.data.shape
-        return (n, cols * 8 // self.fmt.bits)
+        return (n + (self.tail.shape[0] if self.tail is not None else 0), cols * 8 // self.fmt.bits)
+
+    @property
+    def head(self) -> Weight:
+        """The rows in fmt: the weight without its tail."""
+        return dataclasses.replace(self, tail=None) if self.tail is not None else self
 
 
 class FP8Format(str, Enum):

@@ -6,6 +6,7 @@ Positions live in a device tensor, so a decode step has static shapes and can be
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,18 @@ class Attention(nn.Module):
         super().__init__()
         self.wqkv = _Linear(c.qkv_dim // world, c.dim)  # rows: q (H*D), k (KVH*D), v (KVH*D); this rank's heads
         self.wo = _Linear(c.dim, c.dim // world)  # tensor parallel: the columns of this rank's heads
+
+    def split_v(self, c: ModelConfig) -> None:
+        """wqkv holds the q and k rows, wv the v rows in a block format of their own (a GGUF file's wv beside
+        its wq and wk in another: llama.cpp's Q4_K_M gives wv Q6_K in some layers); assemble calls it on meta."""
+        self.wqkv = _Linear(c.dim + c.kv_dim, c.dim)
+        self.wv = _Linear(c.kv_dim, c.dim)
+
+    @property
+    def qkv(self) -> Weight:
+        """The fused [q; k; v] weight as the ops take it, v's rows as its tail where wv holds them apart."""
+        wqkv = self.wqkv.w
+        return dataclasses.replace(wqkv, tail=self.wv.w) if hasattr(self, "wv") else wqkv
 
 
 class FeedForward(nn.Module):
@@ -104,7 +117,7 @@ class Block(nn.Module):
     def forward(self, x, pos, rope_cos, rope_sin, ops, eps: float, sparse: SparseRun | None = None, group: int = 0,
                 comm=None, index: int = 0):
         k_cache, v_cache = self.k_cache, self.v_cache  # (KVH, Smax, D) each, set up by Transformer.setup_cache
-        wqkv, wo = self.attention.wqkv.w, self.attention.wo.w
+        wqkv, wo = self.attention.qkv, self.attention.wo.w
         q = ops.rmsnorm_qkv_rope(x, self.attention_norm.weight, wqkv, rope_cos, rope_sin, pos, k_cache, v_cache, eps)
         # q (S, H, D); k and v went into the caches
         h = row_linear(ops, comm, ops.attention(q, k_cache, v_cache, pos), wo, settled(x), 2 * index)
@@ -288,6 +301,9 @@ def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backe
         raise persistent_refusal(in_layers[0])
     with torch.device("meta"):
         model = Transformer(config, backend, layout, shard)
+        for i, layer in enumerate(model.layers):
+            if f"layers.{i}.attention.wv.weight" in state:
+                layer.attention.split_v(config)
     state = dict(state)
     scales = {name: state.pop(name) for name in [n for n in state if n.endswith(".scale")]}
     packed = {}  # block weights are not (N, K): they are set after the state is loaded around them

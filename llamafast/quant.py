@@ -85,8 +85,8 @@ def dequantize(w: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype, 
 def is_quantized_linear(name: str) -> bool:
     """The weights FP8 applies to: every linear layer and the LM head; never norms, the embedding table or a
     sparse FFN's router (1% of the bytes, and its scores decide which groups run)."""
-    return name.endswith(("wqkv.weight", "wo.weight", "w1.weight", "w2.weight", "w2t.weight", "w3.weight",
-                          "output.weight"))
+    return name.endswith(("wqkv.weight", "attention.wv.weight", "wo.weight", "w1.weight", "w2.weight", "w2t.weight",
+                          "w3.weight", "output.weight"))
 
 
 def is_transposed(name: str) -> bool:

@@ -18,8 +18,9 @@ from llamafast.quant import dequantize
 
 
 def dense(w: Weight, dtype: torch.dtype) -> torch.Tensor:
-    """w's values in dtype (N, K)."""
-    return dequantize(w.data, w.scale, dtype, w.fmt).to(dtype)
+    """w's values in dtype (N, K), its tail's rows included."""
+    out = dequantize(w.data, w.scale, dtype, w.fmt).to(dtype)
+    return out if w.tail is None else torch.cat([out, dense(w.tail, dtype)])
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -218,11 +218,15 @@ def _block_ref(t, path: Path, shape: tuple[int, ...], fmt: WeightFormat) -> Tens
 
 
 def _dequantize_mixed_qkv(tensors: dict[str, TensorRef], path: Path) -> None:
-    """wq, wk and wv are fused into one wqkv at load, which has one format: where theirs differ, all three are
-    dequantized."""
+    """wq and wk are fused into one wqkv at load, which has one format, and wv joins them or is its tail in a
+    block format of its own (llama.cpp's Q4_K_M: Q6_K wv in some layers): where wq's and wk's formats differ, or
+    a tail would not be blocks after blocks, all three are dequantized."""
     for name in [n for n in tensors if ".attention.wq." in n]:
         parts = [name, name.replace(".wq.", ".wk."), name.replace(".wq.", ".wv.")]
-        if len({tensors[p].fmt for p in parts if p in tensors}) > 1:
+        if not all(p in tensors for p in parts):
+            continue  # validation names what is missing
+        q, k, v = (tensors[p].fmt for p in parts)
+        if q != k or (v != q and not (q.is_block and v.is_block)):
             for p in parts:
                 ref = tensors[p]
                 if ref.fmt.is_block:

@@ -6,6 +6,8 @@ sampling sees."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from llamafast.config import ModelConfig, WeightFormat
@@ -16,31 +18,67 @@ from llamafast.load.weights import OutOfMemory, check_memory, free_memory, model
 from llamafast.quant import is_quantized_linear, quantize_blocks, scale_name
 
 
-def head_format(fmt: WeightFormat) -> WeightFormat:
+@dataclass(frozen=True)
+class Mix:
+    """llama.cpp's Q4_K_M: Q4_K weights, but wv and w2 in Q6_K in the layers its use_more_bits picks (the first
+    and last eighth, and every third between) and a Q6_K LM head (llama-quant.cpp's llama_tensor_get_type; a
+    Llama-2-7B Q4_K_M file holds 193 Q4_K and 33 Q6_K tensors). wv in another format than wq and wk is wqkv's
+    tail (model.Attention.split_v)."""
+
+    value: str = "q4_k_m"
+    base: WeightFormat = WeightFormat.q4_k
+    more: WeightFormat = WeightFormat.q6_k
+
+    def others(self, config: ModelConfig) -> dict[str, WeightFormat]:
+        """The model tensors in `more`, by name."""
+        n = config.n_layers
+        picked = [i for i in range(n) if i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2]
+        return {f"layers.{i}.{w}.weight": self.more for i in picked for w in ("attention.wv", "feed_forward.w2")}
+
+
+MIXES = {m.value: m for m in (Mix(),)}
+
+
+def head_format(fmt: WeightFormat | Mix) -> WeightFormat:
     """The LM head's format beside layers in fmt."""
+    if isinstance(fmt, Mix):
+        return fmt.more
     if fmt in (WeightFormat.q4_k, WeightFormat.q5_k):
         return WeightFormat.q6_k
     return WeightFormat.q8_0 if fmt in (WeightFormat.q4_0, WeightFormat.q4_1) else fmt
 
 
-def check_blockable(config: ModelConfig, fmt: WeightFormat) -> None:
+def copy_formats(fmt: WeightFormat | Mix, config: ModelConfig) -> tuple[WeightFormat, WeightFormat, dict]:
+    """(the layers' format, the LM head's, the tensors in a format of their own by name) of a copy in fmt: what
+    backends.build takes."""
+    if isinstance(fmt, Mix):
+        return fmt.base, fmt.more, fmt.others(config)
+    return fmt, head_format(fmt), {}
+
+
+def check_blockable(config: ModelConfig, fmt: WeightFormat | Mix) -> None:
     """Every linear weight's row (K: the width, or the FFN's for w2) is whole blocks (32 weights, a K-quant's 256),
     checked before any weight is made."""
+    fmt = fmt.base if isinstance(fmt, Mix) else fmt
     for what, k in (("dim", config.dim), ("hidden_dim", config.hidden_dim)):
         if k % fmt.block_k:
             raise LlamafastError(f"{fmt.value} needs rows of whole {fmt.block_k}-weight blocks; this shape's {what} "
                                  f"{k} is not")
 
 
-def block_bytes(config: ModelConfig, fmt: WeightFormat) -> int:
+def block_bytes(config: ModelConfig, fmt: WeightFormat | Mix) -> int:
     """Bytes a copy in fmt adds on the device: its linear weights as blocks, scales included."""
+    layers, head, others = copy_formats(fmt, config)
     total = 0
     for name, (n, k) in _linear_shapes(config).items():
-        total += (head_format(fmt) if name == "output.weight" else fmt).stored_bytes(n, k)
+        if _wv(name) in others:
+            total += others[_wv(name)].stored_bytes(config.kv_dim, k)
+            n -= config.kv_dim
+        total += others.get(name, head if name == "output.weight" else layers).stored_bytes(n, k)
     return total
 
 
-def fit(config: ModelConfig, dtype: torch.dtype, fmts: list[WeightFormat], device: torch.device,
+def fit(config: ModelConfig, dtype: torch.dtype, fmts: list[WeightFormat | Mix], device: torch.device,
         alone_possible: bool) -> str | None:
     """None when the float weights and every copy fit the device together; else why not, where the copies alone
     (made tensor by tensor from random weights: alone_possible) fit. Where neither fits, OutOfMemory."""
@@ -61,20 +99,27 @@ def fit(config: ModelConfig, dtype: torch.dtype, fmts: list[WeightFormat], devic
     return f"{why}, and {free / 1e9:.1f} GB is free"
 
 
-def block_state(state: dict[str, torch.Tensor], fmt: WeightFormat) -> dict[str, torch.Tensor]:
-    """A state dict with its float linear weights (LM head included) quantized to fmt (the head to head_format),
-    each with its scales; the rest shared, not copied."""
+def block_state(state: dict[str, torch.Tensor], fmt: WeightFormat | Mix,
+                config: ModelConfig | None = None) -> dict[str, torch.Tensor]:
+    """A state dict with its float linear weights (LM head included) quantized to fmt (the head to head_format; a
+    Mix's tensors each to its format, needing config), each with its scales; the rest shared, not copied."""
+    layers, head, others = copy_formats(fmt, config) if config is not None else (fmt, head_format(fmt), {})
     out = {}
     for name, t in state.items():
-        if is_quantized_linear(name) and t.is_floating_point():
-            out[name], out[scale_name(name)] = quantize_blocks(t, head_format(fmt) if name == "output.weight" else fmt)
-        else:
+        if not (is_quantized_linear(name) and t.is_floating_point()):
             out[name] = t
+            continue
+        parts = {name: t}
+        if _wv(name) in others:  # wv held apart as wqkv's tail
+            parts = {name: t[: config.dim + config.kv_dim], _wv(name): t[config.dim + config.kv_dim:]}
+        for part, w in parts.items():
+            out[part], out[scale_name(part)] = quantize_blocks(w, others.get(part, head if part == "output.weight"
+                                                                              else layers))
     return out
 
 
-def random_block_states(config: ModelConfig, device: torch.device, dtype: torch.dtype, fmts: list[WeightFormat],
-                        seed: int = 0) -> list[dict[str, torch.Tensor]]:
+def random_block_states(config: ModelConfig, device: torch.device, dtype: torch.dtype,
+                        fmts: list[WeightFormat | Mix], seed: int = 0) -> list[dict[str, torch.Tensor]]:
     """weights.random_state's numbers, one state per format, without the float model: each tensor is drawn on the
     device, quantized to every format and dropped; the embedding table and the norms are shared."""
     shapes = expected_shapes(config, fused=True)
@@ -86,8 +131,13 @@ def random_block_states(config: ModelConfig, device: torch.device, dtype: torch.
     for name, shape in shapes.items():
         t = random_tensor(shape, device, dtype, gen)
         for fmt, state in zip(fmts, states):
-            state.update(block_state({name: t}, fmt))
+            state.update(block_state({name: t}, fmt, config))
     return states
+
+
+def _wv(name: str) -> str | None:
+    """The name of wqkv's v rows as a tensor of their own (where a Mix holds them apart); None for other tensors."""
+    return name.replace(".attention.wqkv.", ".attention.wv.") if ".attention.wqkv." in name else None
 
 
 def _linear_shapes(config: ModelConfig) -> dict[str, tuple[int, int]]:

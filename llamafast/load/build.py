@@ -20,7 +20,7 @@ from llamafast.formats.common import Progress
 from llamafast.model import Transformer
 from llamafast.quant import FP8Format, dequantize, scale_name
 from llamafast.tokenizers import Tokenizer, open_tokenizer
-from llamafast.load.blocks import block_state, head_format, random_block_states
+from llamafast.load.blocks import Mix, block_state, copy_formats, random_block_states
 from llamafast.load.shard import Shard, check_shardable, load_shard, random_shard
 from llamafast.load.weights import (
     block_formats, checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, sparse_layout,
@@ -159,14 +159,21 @@ def random_model(
 
 def float_items(model: Transformer):
     """(name, tensor) of model's state, each block weight dequantized to the activation dtype as it comes (its
-    scales left out): what FP8 and block copies are quantized from, as --fp8 reads a GGUF file's blocks. FP8
-    weights stay as they are."""
+    scales left out): what FP8 and block copies are quantized from, as --fp8 reads a GGUF file's blocks; a wv held
+    apart (model.Attention.split_v) joins its wqkv again. FP8 weights stay as they are."""
     dtype, state, formats = model.tok_embeddings.weight.dtype, model.state_dict(), model.tensor_formats
     blocks = {scale_name(n) for n, f in formats.items() if f.is_block}
-    for name, t in state.items():
+    apart = {n for n in state if n.endswith(".attention.wv.weight")}
+
+    def read(name: str) -> torch.Tensor:
         fmt = formats.get(name, WeightFormat.float)
-        if name not in blocks:
-            yield name, dequantize(t, state[scale_name(name)], dtype, fmt) if fmt.is_block else t
+        return dequantize(state[name], state[scale_name(name)], dtype, fmt) if fmt.is_block else state[name]
+
+    for name in state:
+        v = name.replace(".wqkv.", ".wv.")
+        if name in apart or name in blocks:
+            continue
+        yield name, torch.cat([read(name), read(v)]) if v in apart else read(name)
 
 
 def quantized(lm: LoadedModel, fp8: FP8Format) -> LoadedModel:
@@ -179,19 +186,20 @@ def quantized(lm: LoadedModel, fp8: FP8Format) -> LoadedModel:
     return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, fp8.weights)
 
 
-def block_copy(lm: LoadedModel, fmt: WeightFormat) -> LoadedModel:
+def block_copy(lm: LoadedModel, fmt: WeightFormat | Mix) -> LoadedModel:
     """The same model with its linear weights quantized to block format fmt from lm's float ones (block ones
     dequantized first: float_items), on their device (lm is kept: bench runs both); the LM head in
-    blocks.head_format(fmt)."""
+    blocks.head_format(fmt); fmt may be a blocks.Mix of formats."""
     t0 = time.perf_counter()
-    state = {k: v for name, t in float_items(lm.model) for k, v in block_state({name: t}, fmt).items()}
-    model = build(lm.model.config, state, lm.backend, fmt, head_format(fmt))
+    config = lm.model.config
+    state = {k: v for name, t in float_items(lm.model) for k, v in block_state({name: t}, fmt, config).items()}
+    model = _built_copy(config, state, lm.backend, fmt)
     _sync(lm.model.tok_embeddings.weight.device)
     return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, fmt.value)
 
 
 def random_block_models(shape: str, device: torch.device, dtype: DType, backend: Backend | None,
-                        fmts: list[WeightFormat], seed: int = 0) -> list[LoadedModel]:
+                        fmts: list[WeightFormat | Mix], seed: int = 0) -> list[LoadedModel]:
     """random_model's weights in each block format of fmts, made tensor by tensor so that the float model never
     exists whole (70B Q4_0 on one GPU: 39 GB, not 138); each model's load_s is the whole build's."""
     t0 = time.perf_counter()
@@ -199,10 +207,16 @@ def random_block_models(shape: str, device: torch.device, dtype: DType, backend:
     torch_dtype = resolve_dtype(dtype, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     backend = resolve_backend(backend, device)
     states = random_block_states(config, device, torch_dtype, fmts, seed)
-    models = [build(config, state, backend, fmt, head_format(fmt)) for fmt, state in zip(fmts, states)]
+    models = [_built_copy(config, state, backend, fmt) for fmt, state in zip(fmts, states)]
     _sync(device)
     return [LoadedModel(m, None, backend, "random", shape, time.perf_counter() - t0, fmt.value)
             for m, fmt in zip(models, fmts)]
+
+
+def _built_copy(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backend, fmt: WeightFormat | Mix):
+    """A block copy's model: its layers, LM head and other tensors each in the format fmt gives them."""
+    layers, head, others = copy_formats(fmt, config)
+    return build(config, state, backend, layers, head, formats=others)
 
 
 def _tokenizer(ckpt: Checkpoint) -> Tokenizer:

@@ -138,11 +138,16 @@ def _is_int8(ckpt: Checkpoint, name: str) -> bool:
 
 
 def tensor_plan(ckpt: Checkpoint) -> dict[str, list[str]]:
-    """Model tensor name -> the checkpoint tensors it is made of (wqkv is fused once, at load)."""
+    """Model tensor name -> the checkpoint tensors it is made of (wqkv is fused once, at load; a wv in a block
+    format other than wq's and wk's stays apart: model.Attention.split_v)."""
     plan = {}
     for name in ckpt.tensors:
         if ".attention.wq." in name:
-            plan[name.replace(".wq.", ".wqkv.")] = [name, name.replace(".wq.", ".wk."), name.replace(".wq.", ".wv.")]
+            wk, wv = name.replace(".wq.", ".wk."), name.replace(".wq.", ".wv.")
+            apart = wv in ckpt.tensors and ckpt.tensors[wv].fmt != ckpt.tensors[name].fmt
+            plan[name.replace(".wq.", ".wqkv.")] = [name, wk] if apart else [name, wk, wv]
+            if apart:
+                plan[wv] = [wv]
         elif ".attention.wk." not in name and ".attention.wv." not in name:
             plan[name] = [name]
     return plan

@@ -85,11 +85,12 @@ def model_jobs(model: Transformer) -> list[Job]:
     and attention's (KVH, GROUP)."""
     c, layer = model.config, model.layers[0]
     attention, ffn = layer.attention, layer.feed_forward
-    linears = [("rmsnorm_qkv_rope", attention.wqkv), ("linear_residual[wo]", attention.wo), ("rmsnorm_swiglu", ffn.w1)]
+    linears = [("rmsnorm_qkv_rope", attention.qkv), ("linear_residual[wo]", attention.wo.w),
+               ("rmsnorm_swiglu", ffn.w1.w)]
     if hasattr(ffn, "w2"):  # a sparsified FFN's down projection (w2t) runs on cuBLAS
-        linears.append(("linear_residual[w2]", ffn.w2))
-    linears.append(("rmsnorm_lm_head", model.output))
-    jobs = [Job(name, gemv_key(lin.w), lin.fmt if lin.fmt.is_block else lin.fmt.fp8) for name, lin in linears]
+        linears.append(("linear_residual[w2]", ffn.w2.w))
+    linears.append(("rmsnorm_lm_head", model.output.w))
+    jobs = [Job(name, gemv_key(w), w.fmt if w.fmt.is_block else w.fmt.fp8) for name, w in linears]
     jobs.append(Job("decode_attention", (c.n_kv_heads // model.world, c.n_heads // c.n_kv_heads), None))
     return list({(j.table, j.key): j for j in jobs}.values())  # wo and w2 of one shape are one key
 

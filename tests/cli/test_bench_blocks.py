@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from llamafast.cli import app
 from llamafast.config import MODEL_CONFIGS, ModelConfig, WeightFormat
-from llamafast.load.blocks import block_bytes, block_state, random_block_states
+from llamafast.load.blocks import Mix, block_bytes, block_state, random_block_states
 from llamafast.load.weights import random_state
 from llamafast.quant import quantize_blocks
 
@@ -42,6 +42,34 @@ def test_copies_are_quantize_blocks_of_the_float_weights_with_a_q8_0_head():
         assert copy["tok_embeddings.weight"] is floats["tok_embeddings.weight"]  # shared, not copied
         linear = sum(t.nbytes for n, t in copy.items() if n.endswith(".scale") or t.dtype in (torch.int8, torch.uint8))
         assert linear == block_bytes(TINY, fmt)
+
+
+K_TINY = ModelConfig(dim=256, n_layers=8, n_heads=4, n_kv_heads=2, vocab_size=256, hidden_dim=256, max_seq_len=64)
+
+
+def test_q4_k_m_is_llama_cpp_s_mix_with_wv_apart_where_it_is_q6_k(monkeypatch):
+    """Llama-2-7B's 32 layers: wv and w2 in Q6_K in 16 layers (with the Q6_K head, a Q4_K_M file's 33 Q6_K
+    tensors); on a small shape the copy drawn tensor by tensor equals the float model's copy, and a bench of it
+    runs beside the K-quants it mixes, its bytes between theirs."""
+    picked = sorted({int(n.split(".")[1]) for n in Mix().others(MODEL_CONFIGS["llama-2-7b"])})
+    assert picked == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
+    cpu = torch.device("cpu")
+    floats = random_state(K_TINY, cpu, torch.float32)
+    copy = block_state(floats, Mix(), K_TINY)
+    (drawn,) = random_block_states(K_TINY, cpu, torch.float32, [Mix()])
+    assert drawn.keys() == copy.keys() and all(torch.equal(drawn[n], copy[n]) for n in copy)
+    qk = K_TINY.dim + K_TINY.kv_dim  # layer 0's v rows apart in Q6_K, layer 1's fused in Q4_K
+    assert torch.equal(copy["layers.0.attention.wv.weight"],
+                       quantize_blocks(floats["layers.0.attention.wqkv.weight"][qk:], WeightFormat.q6_k)[0])
+    assert copy["layers.1.attention.wqkv.weight"].shape == (K_TINY.qkv_dim, K_TINY.dim // 2)
+    linear = sum(t.nbytes for n, t in copy.items() if n.endswith(".scale") or t.dtype in (torch.int8, torch.uint8))
+    assert linear == block_bytes(K_TINY, Mix())
+    monkeypatch.setitem(MODEL_CONFIGS, "blocks-tiny", K_TINY)
+    r = runner.invoke(app, [*BENCH, "--weights", "q4_k,q4_k_m,q6_k"])
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads(r.stdout)["results"]
+    assert [row["weights"] for row in rows] == ["float32", "q4_k", "q4_k_m", "q6_k"]
+    assert rows[1]["bytes_per_token"] < rows[2]["bytes_per_token"] < rows[3]["bytes_per_token"]
 
 
 def test_bench_times_each_copy_beside_the_float_weights(tiny):

@@ -3,6 +3,8 @@ against the same file dequantized, refusals of bad block tensors, and a GGUF who
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,7 @@ from llamafast.config import Backend, SamplingConfig, Weight, WeightFormat
 from llamafast.errors import LlamafastError
 from llamafast.formats import open_checkpoint
 from llamafast.generate import Engine, stream_tokens
-from llamafast.load import load_model
+from llamafast.load import LoadedModel, block_copy, load_model
 from llamafast.load.weights import block_formats, load_state
 
 from ..formats import meta_state
@@ -109,6 +111,38 @@ def test_k_quants_mixed_per_tensor_on_the_triton_interpreter(tmp_path):
     for pos, token in enumerate([3, 200, 41]):
         args = torch.tensor([token]), torch.tensor(pos)
         torch.testing.assert_close(fused(*args, False), ref(*args, False), rtol=1e-4, atol=1e-4)
+
+
+def test_wv_in_its_own_format_stays_blocks_as_wqkv_s_tail(tmp_path):
+    """llama.cpp's Q4_K_M gives wv Q6_K in some layers: there it is held apart as wqkv's tail (layer 0 here), the
+    layers whose wq, wk and wv agree fuse as before, and a wk unlike its wq dequantizes all three (layer 2);
+    the reference, the triton interpreter and the file dequantized give the same logits, and a block copy made
+    from the model (bench --weights, eval --variant) fuses wqkv again."""
+    config = dataclasses.replace(WIDE, n_layers=3)
+    state = meta_state(config)
+    kinds = {"layers.0.attention.wv.weight": "Q6_K", "layers.2.attention.wk.weight": "Q6_K"}
+    write_gguf(tmp_path / "m.gguf", config, state, "Q4_K", kinds=kinds)
+    ckpt = open_checkpoint(tmp_path / "m.gguf")
+    assert ckpt.metadata["dequantized"] == "token_embd Q4_K x1, attn_q Q4_K x1, attn_k Q6_K x1, attn_v Q4_K x1"
+    formats = block_formats(ckpt)
+    assert formats["layers.0.attention.wv.weight"] == WeightFormat.q6_k
+    assert "layers.1.attention.wv.weight" not in formats and "layers.2.attention.wqkv.weight" not in formats
+    loaded = load_state(ckpt, torch.device("cpu"), torch.float32)
+    assert loaded["layers.0.attention.wqkv.weight"].shape == (config.dim + config.kv_dim, config.dim // 2)
+    backends = [Backend.reference] + ([] if torch.cuda.is_available() else [Backend.triton])
+    models = [build(config, loaded, b, formats=formats) for b in backends] + [None]
+    models[-1] = dequantized(models[0])
+    assert models[0].layers[0].attention.qkv.shape == (config.qkv_dim, config.dim)
+    for model in models:
+        model.setup_cache(16)
+    steps = [(torch.tensor([3, 200, 41]), 0, True), (torch.tensor([7]), 3, False), (torch.tensor([90]), 4, False)]
+    for tokens, pos, all_logits in steps:  # a prompt, then decode steps
+        want = models[0](tokens, torch.tensor(pos), all_logits)
+        for model in models[1:]:
+            torch.testing.assert_close(model(tokens, torch.tensor(pos), all_logits), want, rtol=1e-4, atol=1e-4)
+    copy = block_copy(LoadedModel(models[0], None, Backend.reference, "gguf", "m", 0.0, "q4_k"), WeightFormat.q8_0)
+    assert not hasattr(copy.model.layers[0].attention, "wv")
+    assert copy.model.layers[0].attention.wqkv.weight.shape == (config.qkv_dim, config.dim)
 
 
 @pytest.mark.parametrize("fmt,shape,nbytes,message", [

@@ -32,7 +32,7 @@ ShapeOpt = Annotated[Optional[str], typer.Option(help=f"Shape for --random-weigh
 PromptLenOpt = Annotated[Optional[int], typer.Option(help="Prompt tokens [default: 16].")]
 NewTokensOpt = Annotated[Optional[int], typer.Option(help="Tokens to decode [default: 256].")]
 FP8BesideOpt = Annotated[bool, typer.Option("--fp8", help="Also run FP8 weights quantized from the same float weights, beside them.")]
-BlockCopiesOpt = Annotated[Optional[list[str]], typer.Option("--weights", help="Also run block-format copies quantized on the device from the same float weights: q8_0, q4_0, q4_1, q4_k, q5_k, q6_k (comma-separated or repeatable); Q4_0 and Q4_1 layers get a Q8_0 LM head, Q4_K and Q5_K a Q6_K one.")]
+BlockCopiesOpt = Annotated[Optional[list[str]], typer.Option("--weights", help="Also run block-format copies quantized on the device from the same float weights: q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, or q4_k_m, llama.cpp's mix of Q4_K and Q6_K (comma-separated or repeatable); Q4_0 and Q4_1 layers get a Q8_0 LM head, Q4_K and Q5_K a Q6_K one.")]
 # The report.
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
 OutOpt = Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file (atomically).")]
@@ -121,7 +121,7 @@ def prompt_lengths(text: str | None, default: str, context: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def readied(t: Target, backend: Backend, ranks=None, fp8: FP8Format | None = None, blocks: list[WeightFormat] = ()
+def readied(t: Target, backend: Backend, ranks=None, fp8: FP8Format | None = None, blocks: list = ()
             ) -> Iterator[tuple[list[LoadedModel], Startup]]:
     """t's model made ready by llamafast.runtime.ready (kernels preloaded, decode launches tuned; a rank's shard
     under tensor parallelism), and with fp8 its FP8 copy beside it, with blocks a copy in each block format, each
@@ -156,23 +156,23 @@ def readied(t: Target, backend: Backend, ranks=None, fp8: FP8Format | None = Non
 
 
 def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks,
-                 backends: list[Backend]) -> list[WeightFormat]:
+                 backends: list[Backend]) -> list:
     """--weights: the block formats to time beside t's float weights, checked before any weights load (backends:
     those asked for, by --backend or the preset)."""
     from llamafast.config import BLOCK_FORMATS
-    from llamafast.load.blocks import check_blockable
+    from llamafast.load.blocks import MIXES, check_blockable
 
     names = [part.strip() for item in text or [] for part in item.split(",") if part.strip()]
-    bad = [n for n in names if n not in BLOCK_FORMATS]
+    bad = [n for n in names if n not in BLOCK_FORMATS and n not in MIXES]
     if bad or (text and not names):
-        raise LlamafastError(f"--weights: expected {', '.join(BLOCK_FORMATS)}, got {(bad or text)[0]!r}")
+        raise LlamafastError(f"--weights: expected {', '.join([*BLOCK_FORMATS, *MIXES])}, got {(bad or text)[0]!r}")
     if names and fp8 is not None:
         raise LlamafastError("--weights and --fp8 each time a copy of the float weights; run one bench for each")
     if names and ranks:
         raise LlamafastError(f"tensor parallel runs float and FP8 weights, not {names[0]} blocks; drop --weights")
     if names and Backend.persistent in backends:
         raise persistent_refusal(names[0])
-    fmts = [WeightFormat(n) for n in dict.fromkeys(names)]
+    fmts = [MIXES[n] if n in MIXES else WeightFormat(n) for n in dict.fromkeys(names)]
     for fmt in fmts:
         check_blockable(t.config, fmt)
     if fmts and not isinstance(t.source, str):
@@ -203,7 +203,7 @@ def _check_float(ckpt) -> None:
                              "weights; bench it without --weights")
 
 
-def _blocks_alone(t: Target, blocks: list[WeightFormat]) -> bool:
+def _blocks_alone(t: Target, blocks: list) -> bool:
     """Whether the block copies are timed without the float model (said in one line): random weights whose float
     model and copies cannot fit together. Decided before any is built; OutOfMemory where the copies alone cannot
     fit either (or a checkpoint's float weights and copies cannot)."""
