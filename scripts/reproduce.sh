@@ -76,6 +76,8 @@ stage_fp8() {  # each FP8 model quantized from the bf16 weights it is timed besi
 stage_quant() {  # each block copy quantized on the device from the bf16 weights it is timed beside
   llamafast bench decode --random-weights --shape llama-2-7b --backend triton --weights q8_0,q4_0,q4_1 \
     --out "$1/bench_7b_blocks.json" | tee "$1/bench_7b_blocks.txt"
+  llamafast bench decode --random-weights --shape llama-2-7b --backend triton --weights q4_k,q4_k_m \
+    --out "$1/bench_7b_q4_k_m.json" | tee "$1/bench_7b_q4_k_m.txt"
 }
 
 stage_quality() {  # reference path on the CPU, fp32 base; stories260K's FFN rows (172) are not whole blocks
