@@ -48,9 +48,9 @@ def head_format(fmt: WeightFormat | Mix) -> WeightFormat:
     return WeightFormat.q8_0 if fmt in (WeightFormat.q4_0, WeightFormat.q4_1) else fmt
 
 
-def copy_formats(fmt: WeightFormat | Mix, config: ModelConfig) -> tuple[WeightFormat, WeightFormat, dict]:
+def copy_formats(fmt: WeightFormat | Mix, config: ModelConfig | None) -> tuple[WeightFormat, WeightFormat, dict]:
     """(the layers' format, the LM head's, the tensors in a format of their own by name) of a copy in fmt: what
-    backends.build takes."""
+    backends.build takes. A Mix needs the model's config, a single format none."""
     if isinstance(fmt, Mix):
         return fmt.base, fmt.more, fmt.others(config)
     return fmt, head_format(fmt), {}
@@ -71,8 +71,8 @@ def block_bytes(config: ModelConfig, fmt: WeightFormat | Mix) -> int:
     layers, head, others = copy_formats(fmt, config)
     total = 0
     for name, (n, k) in _linear_shapes(config).items():
-        if _wv(name) in others:
-            total += others[_wv(name)].stored_bytes(config.kv_dim, k)
+        if wv_name(name) in others:
+            total += others[wv_name(name)].stored_bytes(config.kv_dim, k)
             n -= config.kv_dim
         total += others.get(name, head if name == "output.weight" else layers).stored_bytes(n, k)
     return total
@@ -103,15 +103,15 @@ def block_state(state: dict[str, torch.Tensor], fmt: WeightFormat | Mix,
                 config: ModelConfig | None = None) -> dict[str, torch.Tensor]:
     """A state dict with its float linear weights (LM head included) quantized to fmt (the head to head_format; a
     Mix's tensors each to its format, needing config), each with its scales; the rest shared, not copied."""
-    layers, head, others = copy_formats(fmt, config) if config is not None else (fmt, head_format(fmt), {})
+    layers, head, others = copy_formats(fmt, config)
     out = {}
     for name, t in state.items():
         if not (is_quantized_linear(name) and t.is_floating_point()):
             out[name] = t
             continue
         parts = {name: t}
-        if _wv(name) in others:  # wv held apart as wqkv's tail
-            parts = {name: t[: config.dim + config.kv_dim], _wv(name): t[config.dim + config.kv_dim:]}
+        if wv_name(name) in others:  # wv held apart as wqkv's tail
+            parts = {name: t[: config.dim + config.kv_dim], wv_name(name): t[config.dim + config.kv_dim:]}
         for part, w in parts.items():
             out[part], out[scale_name(part)] = quantize_blocks(w, others.get(part, head if part == "output.weight"
                                                                               else layers))
@@ -135,8 +135,8 @@ def random_block_states(config: ModelConfig, device: torch.device, dtype: torch.
     return states
 
 
-def _wv(name: str) -> str | None:
-    """The name of wqkv's v rows as a tensor of their own (where a Mix holds them apart); None for other tensors."""
+def wv_name(name: str) -> str | None:
+    """The name of wqkv's v rows as a tensor of their own (model.Attention.split_v); None for other tensors."""
     return name.replace(".attention.wqkv.", ".attention.wv.") if ".attention.wqkv." in name else None
 
 

@@ -20,7 +20,7 @@ from llamafast.formats.common import Progress
 from llamafast.model import Transformer
 from llamafast.quant import FP8Format, dequantize, scale_name
 from llamafast.tokenizers import Tokenizer, open_tokenizer
-from llamafast.load.blocks import Mix, block_state, copy_formats, random_block_states
+from llamafast.load.blocks import Mix, block_state, copy_formats, random_block_states, wv_name
 from llamafast.load.shard import Shard, check_shardable, load_shard, random_shard
 from llamafast.load.weights import (
     block_formats, checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, sparse_layout,
@@ -170,9 +170,9 @@ def float_items(model: Transformer):
         return dequantize(state[name], state[scale_name(name)], dtype, fmt) if fmt.is_block else state[name]
 
     for name in state:
-        v = name.replace(".wqkv.", ".wv.")
         if name in apart or name in blocks:
             continue
+        v = wv_name(name)
         yield name, torch.cat([read(name), read(v)]) if v in apart else read(name)
 
 
