@@ -39,10 +39,8 @@ class Mix:
 MIXES = {m.value: m for m in (Mix(),)}
 
 
-def head_format(fmt: WeightFormat | Mix) -> WeightFormat:
-    """The LM head's format beside layers in fmt."""
-    if isinstance(fmt, Mix):
-        return fmt.more
+def head_format(fmt: WeightFormat) -> WeightFormat:
+    """The LM head's format beside layers in fmt (a Mix names its own: copy_formats)."""
     if fmt in (WeightFormat.q4_k, WeightFormat.q5_k):
         return WeightFormat.q6_k
     return WeightFormat.q8_0 if fmt in (WeightFormat.q4_0, WeightFormat.q4_1) else fmt

@@ -189,7 +189,7 @@ def quantized(lm: LoadedModel, fp8: FP8Format) -> LoadedModel:
 def block_copy(lm: LoadedModel, fmt: WeightFormat | Mix) -> LoadedModel:
     """The same model with its linear weights quantized to block format fmt from lm's float ones (block ones
     dequantized first: float_items), on their device (lm is kept: bench runs both); the LM head in
-    blocks.head_format(fmt); fmt may be a blocks.Mix of formats."""
+    the format blocks.copy_formats gives it; fmt may be a blocks.Mix of formats."""
     t0 = time.perf_counter()
     config = lm.model.config
     state = {k: v for name, t in float_items(lm.model) for k, v in block_state({name: t}, fmt, config).items()}
