@@ -49,7 +49,7 @@ def dot_blocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, 
 
 
 @triton.jit
-def _block_scales(scale_rows, kb, K, row_mask, EVEN_K: tl.constexpr, PAIRED: tl.constexpr, SECOND: tl.constexpr):
+def block_scales(scale_rows, kb, K, row_mask, EVEN_K: tl.constexpr, PAIRED: tl.constexpr, SECOND: tl.constexpr):
     """(BLOCK_N, NB) fp32: the tile's blocks' scales (PAIRED: Q4_1's (scale, min) pairs, SECOND: the min)."""
     mask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (kb < K // 32)[None, :]
     return tl.load(scale_rows + (2 * kb + SECOND if PAIRED else kb)[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -62,7 +62,7 @@ def _q8_blocks(row_ptrs, scale_rows, k, kb, x, K, row_mask, EVEN_K: tl.constexpr
     mask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (k < K)[None, :]
     w = tl.load(row_ptrs + k[None, :], mask=mask, other=0, eviction_policy="evict_first")
     part = tl.sum(tl.reshape(_int8_floats(w) * x[None, :], (BLOCK_N, NB, 32)), axis=2)
-    return part * _block_scales(scale_rows, kb, K, row_mask, EVEN_K, False, 0)
+    return part * block_scales(scale_rows, kb, K, row_mask, EVEN_K, False, 0)
 
 
 # Integers to floats without the conversion instruction, which runs at 16 per clock per SM on Hopper (a quarter of
@@ -109,8 +109,8 @@ def _q4_blocks(row_ptrs, scale_rows, b, kb, xl, xh, xsum, K, row_mask, EVEN_K: t
     q = tl.load(row_ptrs + b[None, :], mask=mask, other=0, eviction_policy="evict_first")
     lo, hi = nibble_floats(q, FMT == 4)
     part = tl.sum(tl.reshape(lo * xl[None, :] + hi * xh[None, :], (BLOCK_N, NB, 16)), axis=2)
-    d = _block_scales(scale_rows, kb, K, row_mask, EVEN_K, FMT == 5, 0)
+    d = block_scales(scale_rows, kb, K, row_mask, EVEN_K, FMT == 5, 0)
     if FMT == 4:
         return d * part
-    return d * part + _block_scales(scale_rows, kb, K, row_mask, EVEN_K, True, 1) * xsum[None, :]
+    return d * part + block_scales(scale_rows, kb, K, row_mask, EVEN_K, True, 1) * xsum[None, :]
 

@@ -15,6 +15,7 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_vector, check_weight, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
+from .quantize_activation import gemv_input
 
 # (N, K, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): wo 13.8 us = 2438 GB/s and w2 33.8 us
 # = 2668 GB/s in bf16; wo 8.4 us = 1999 GB/s and w2 18.9 us = 2386 GB/s in FP8 (E5M2).
@@ -74,6 +75,6 @@ def linear_residual(x: torch.Tensor, w: Weight, residual: torch.Tensor, configs=
     cfg = gemv_config(CONFIGS if configs is None else configs, w)
     grid = (cdiv(n, cfg.block_n),)
     _linear_residual_kernel[grid](
-        x, w.data, scale_arg(w), residual, out, n, k, w.data.stride(0), **launch_args(cfg, w, pdl=True),
+        gemv_input(x, w), w.data, scale_arg(w), residual, out, n, k, w.data.stride(0), **launch_args(cfg, w, pdl=True),
     )
     return out

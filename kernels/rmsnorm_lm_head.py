@@ -14,6 +14,7 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_vector, check_weight, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
+from .quantize_activation import gemv_input
 from .tp_sync import Peers, consumer_args, push_rows, release_slot, signal_peers
 
 # (V, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 88.4 us = 2966 GB/s at 7B in bf16,
@@ -71,7 +72,7 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float
     out = torch.empty((1, v), device=x.device, dtype=torch.float32)
     cfg = gemv_config(CONFIGS if configs is None else configs, w)
     _rmsnorm_lm_head_kernel[(cdiv(v, cfg.block_n),)](
-        x, norm_w, w.data, scale_arg(w), out, v, c, w.data.stride(0), eps,
+        gemv_input(x, w, norm_w), norm_w, w.data, scale_arg(w), out, v, c, w.data.stride(0), eps,
         **launch_args(cfg, w, pdl=True),
         **parts,
     )

@@ -21,6 +21,7 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_vector, check_weight, scale_arg, w_fp8
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
+from .quantize_activation import gemv_input
 from .tp_sync import consumer_args, release_slot
 
 # (N, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 36.7 us = 2741 GB/s at 7B in bf16,
@@ -119,7 +120,7 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     while tail is not None and head.shape[0] % block_n:  # a program's rows are all the head's or all the tail's
         block_n //= 2
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
-        x, norm_w, head.data, scale_arg(head), cos, sin, pos, q, k_cache, v_cache,
+        gemv_input(x, wqkv, norm_w), norm_w, head.data, scale_arg(head), cos, sin, pos, q, k_cache, v_cache,
         n, c, qd, kvh * d, head.data.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
         HEAD_DIM=d, **launch_args(cfg, head, block_n, pdl=True), **parts, **_tail_args(head, tail),
     )

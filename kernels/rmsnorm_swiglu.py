@@ -17,6 +17,7 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_vector, check_weight, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
+from .quantize_activation import gemv_input
 from .tp_sync import consumer_args, release_slot
 
 # (F, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 64.8 us = 2785 GB/s at 7B in bf16,
@@ -81,7 +82,7 @@ def rmsnorm_swiglu(x, norm_w, w1: Weight, w3: Weight, eps, configs=None):
     out = torch.empty((1, f), device=x.device, dtype=x.dtype)
     cfg = gemv_config(CONFIGS if configs is None else configs, w1)
     _rmsnorm_swiglu_kernel[(cdiv(f, cfg.block_n),)](
-        x, norm_w, a, b, scale_arg(w1), scale_arg(w3), out,
+        gemv_input(x, w1, norm_w), norm_w, a, b, scale_arg(w1), scale_arg(w3), out,
         f, c, a.stride(0), eps, **launch_args(cfg, w1, pdl=True), **parts
     )
     return out

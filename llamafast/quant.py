@@ -144,6 +144,17 @@ def dequantize_blocks(w: torch.Tensor, scale: torch.Tensor, fmt: WeightFormat) -
     return (s[..., 0, None] * q.float() + s[..., 1, None]).view(n, -1)
 
 
+def int8_blocks(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to int8 per block of 32 along its last axis with the scale amax / 127, in fp32 (q * scale): the
+    activations one token's product with a Q8_0, Q4_0 or Q4_1 weight takes (config.Weight.int8_activations; the
+    kernels' kernels/quantize_activation.py)."""
+    b = x.float().unflatten(-1, (-1, QK))
+    amax = b.abs().amax(-1, keepdim=True)
+    # a tensor divided by a tensor rounds as IEEE and the kernel do; torch's scalar / tensor does not
+    q = torch.round(b * torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, 0.0))
+    return (q * (amax / 127.0)).flatten(-2)
+
+
 def quantize_blocks(w: torch.Tensor, fmt: WeightFormat) -> tuple[torch.Tensor, torch.Tensor]:
     """w (N, K) float, K a multiple of fmt.block_k -> (data, scales) in fmt, bit for bit gguf.quants.quantize's
     blocks (the K-quants: quant_k.quantize_k's rounding), on w's device, in row chunks so that fp32 temporaries

@@ -14,13 +14,31 @@ import torch
 import torch.nn.functional as F
 
 from llamafast.config import SparseMode, Weight
-from llamafast.quant import dequantize
+from llamafast.quant import dequantize, int8_blocks
 
 
 def dense(w: Weight, dtype: torch.dtype) -> torch.Tensor:
     """w's values in dtype (N, K), its tail's rows included."""
     out = dequantize(w.data, w.scale, dtype, w.fmt).to(dtype)
     return out if w.tail is None else torch.cat([out, dense(w.tail, dtype)])
+
+
+def product(x: torch.Tensor, w: Weight) -> torch.Tensor:
+    """x @ w.T in x's dtype. One token against a weight that takes int8 activations (Weight.int8_activations)
+    multiplies x rounded to int8 per block of 32, in fp32, as the decode kernels do."""
+    if x.shape[0] == 1 and w.int8_activations:
+        return (int8_blocks(x) @ dense(w, torch.float32).T).to(x.dtype)
+    return x @ dense(w, x.dtype).T
+
+
+def normed_product(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float) -> torch.Tensor:
+    """rmsnorm(x) @ w.T. With int8 activations, the blocks are of x * norm_w and the norm's scale multiplies the
+    products, as the kernels apply it (the same numbers up to rounding)."""
+    if x.shape[0] == 1 and w.int8_activations:
+        xf = x.float()
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return ((int8_blocks(xf * norm_w.float()) @ dense(w, torch.float32).T) * rstd).to(x.dtype)
+    return rmsnorm(x, norm_w, eps) @ dense(w, x.dtype).T
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -46,7 +64,7 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     S = x.shape[0]
     KVH, _, D = k_cache.shape
     positions = pos + torch.arange(S, device=x.device)  # (S,)
-    qkv = rmsnorm(x, norm_w, eps) @ dense(wqkv, x.dtype).T  # (S, H*D + 2*KVH*D)
+    qkv = normed_product(x, norm_w, wqkv, eps)  # (S, H*D + 2*KVH*D)
     q, k, v = qkv.split([qkv.shape[1] - 2 * KVH * D, KVH * D, KVH * D], dim=1)
     c, s = cos[positions], sin[positions]  # (S, D/2)
     q = rope(q.unflatten(1, (-1, D)), c, s)  # (S, H, D)
@@ -74,18 +92,17 @@ def attention(q, k_cache, v_cache, pos):
 
 def linear_residual(x, w: Weight, residual):
     """residual + x @ w.T: the output projection (wo, 32 MB) and down projection (w2, 90 MB) at 7B."""
-    return residual + x @ dense(w, x.dtype).T
+    return residual + product(x, w)
 
 
 def rmsnorm_swiglu(x, norm_w, w1: Weight, w3: Weight, eps):
     """silu(norm(x) @ w1.T) * (norm(x) @ w3.T). x (S, C); w1, w3 (F, C) -> (S, F). Reads 180 MB at 7B."""
-    h = rmsnorm(x, norm_w, eps)
-    return F.silu(h @ dense(w1, x.dtype).T) * (h @ dense(w3, x.dtype).T)
+    return F.silu(normed_product(x, norm_w, w1, eps)) * normed_product(x, norm_w, w3, eps)
 
 
 def rmsnorm_lm_head(x, norm_w, w: Weight, eps):
     """Final norm and LM head: logits (S, V) in fp32. w (V, C): 262 MB at 7B."""
-    return (rmsnorm(x, norm_w, eps) @ dense(w, x.dtype).T).float()
+    return normed_product(x, norm_w, w, eps).float()
 
 
 # The sparse FFN (llamafast/sparse/ builds its parts). Groups of G neurons are contiguous rows of w1 and w3
