@@ -4,8 +4,8 @@ multiplies and sums each pair of words in one instruction, and each block's inte
 
     Q8_0: d * dx * sum(q * qx);  Q4_0: d * dx * (sum(q * qx) - 8 * sum(qx));  Q4_1: the same plus m * dx * sum(qx)
 
-At Llama-2-7B's shapes on an H100 this ran the Q4_0 GEMVs at 56-85% of copy bandwidth where unpacking each weight
-to fp32 ran them at 39-64%, and Q8_0 at 78-100% against 69-96% (scripts/experiments/dp4a_gemv.txt)."""
+At Llama-2-7B's shapes on an H100 this runs the Q4_0 GEMVs at 60-86% of copy bandwidth where unpacking each weight
+to fp32 (gemv_blocks.py) ran them at 40-63%, and Q8_0 at 76-101% against 68-96% (scripts/experiments/dp4a_gemv.txt)."""
 
 from __future__ import annotations
 
