@@ -240,12 +240,15 @@ class Weight:
     """A linear weight as every op takes it: the tensor as stored ((N, K), or (N, K/2) packed nibbles), its scales
     (E4M3's fp32 per row, the block formats' fp16 per block; None in the others) and the format that says how to
     read them. tail: the rows after data's, stored in another block format (a GGUF file's wv beside its wq and wk:
-    llama.cpp's Q4_K_M gives wv Q6_K in some layers); only rmsnorm_qkv_rope and the dequantizers take one."""
+    llama.cpp's Q4_K_M gives wv Q6_K in some layers); only rmsnorm_qkv_rope and the dequantizers take one.
+    int8: one token's product rounds its activations to int8 blocks first where the formats allow
+    (int8_activations): the fused backends set it (model.assemble), the reference backend, the oracle, does not."""
 
     data: torch.Tensor
     scale: torch.Tensor | None = None
     fmt: WeightFormat = WeightFormat.float
     tail: Weight | None = None
+    int8: bool = False
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -256,8 +259,8 @@ class Weight:
     @property
     def int8_activations(self) -> bool:
         """Whether a one-token product with this weight takes the activations rounded to int8 per block of 32
-        (quant.int8_blocks), as llama.cpp's GEMVs of these formats do: every part in INT8_DOT."""
-        return all(w.fmt.value in INT8_DOT for w in (self, self.tail) if w is not None)
+        (quant.int8_blocks), as llama.cpp's GEMVs of these formats do: asked for (int8), every part in INT8_DOT."""
+        return self.int8 and all(w.fmt.value in INT8_DOT for w in (self, self.tail) if w is not None)
 
     @property
     def head(self) -> Weight:

@@ -31,11 +31,12 @@ class _Linear(nn.Module):  # a named weight holder; the ops do the math
         self.weight = _weight(n_out, n_in)  # float, or int8 FP8 bit patterns (llamafast.quant)
         self.register_parameter("scale", None)  # (n_out,) fp32 for E4M3 weights
         self.fmt = WeightFormat.float  # how weight is stored, set once by build()
+        self.int8 = False  # Weight.int8: the backend's decode products round activations to int8 blocks
 
     @property
     def w(self) -> Weight:
         """The weight as the ops take it."""
-        return Weight(self.weight, self.scale, self.fmt)
+        return Weight(self.weight, self.scale, self.fmt, int8=self.int8)
 
 
 class _Norm(nn.Module):
@@ -324,6 +325,7 @@ def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backe
         if isinstance(linear, _Linear):
             default = head if name == "output" else WeightFormat.float if name.endswith("router") else weights
             linear.fmt = formats.get(name + ".weight", default)
+            linear.int8 = backend.int8
             _check_format(name, linear)
     return model.eval()
 

@@ -24,8 +24,9 @@ def dense(w: Weight, dtype: torch.dtype) -> torch.Tensor:
 
 
 def product(x: torch.Tensor, w: Weight) -> torch.Tensor:
-    """x @ w.T in x's dtype. One token against a weight that takes int8 activations (Weight.int8_activations)
-    multiplies x rounded to int8 per block of 32, in fp32, as the decode kernels do."""
+    """x @ w.T in x's dtype. One token against a weight that takes int8 activations (Weight.int8_activations: the
+    triton backend's, never this backend's own) multiplies x rounded to int8 per block of 32, in fp32, as the
+    decode kernels do: their tests' oracle."""
     if x.shape[0] == 1 and w.int8_activations:
         return (int8_blocks(x) @ dense(w, torch.float32).T).to(x.dtype)
     return x @ dense(w, x.dtype).T

@@ -45,12 +45,13 @@ def rand(*shape, dtype, device, scale=1.0):
 
 def weight(n, k, dtype, device, fp8: FP8Format | WeightFormat | None) -> Weight:
     """A random (n, k) weight: float, FP8 bit patterns in int8 (E4M3 with its row scales), or a block format
-    (WeightFormat.q8_0, q4_0, q4_1) with its block scales."""
+    (WeightFormat.q8_0, q4_0, q4_1, the K-quants) with its block scales, its products' activations int8 where the
+    format allows, as the triton backend runs them (Weight.int8)."""
     w = rand(n, k, dtype=dtype, device=device, scale=k**-0.5)
     if fp8 is None:
         return Weight(w)
     if isinstance(fp8, WeightFormat):
-        return Weight(*quantize_blocks(w, fp8), fp8)
+        return Weight(*quantize_blocks(w, fp8), fp8, int8=True)
     q, scale, _ = quantize(w, fp8)
     return Weight(q, scale, fp8.format)
 

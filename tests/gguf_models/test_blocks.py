@@ -84,6 +84,9 @@ def test_written_gguf_keeps_blocks_and_matches_dequantized(tmp_path, kind):
     loaded = load_state(ckpt, torch.device("cpu"), torch.float32)
     ours = build(SMALL, loaded, formats=formats)
     theirs = dequantized(ours)
+    # the reference backend, the oracle, keeps float activations; the triton backend's decode rounds them to int8
+    fused = build(SMALL, loaded, Backend.triton, formats=formats)
+    assert not ours.layers[1].attention.qkv.int8_activations and fused.layers[1].attention.qkv.int8_activations
     tokens, pos = torch.tensor([0, 5, 17, 300, 42, 9]), torch.zeros((), dtype=torch.long)
     for model in (ours, theirs):
         model.setup_cache(16)

@@ -5,24 +5,30 @@ kernels write into caches or keep state and have modules of their own."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from llamafast.config import ModelConfig
+from llamafast.config import ModelConfig, Weight
 from llamafast.kernels import linear_residual, rmsnorm_lm_head, rmsnorm_swiglu
 from llamafast.measure.registry import REGISTRY
 from llamafast.quant import FP8Format
 
-from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, K_QUANTS, SHAPES, tolerance
+from .common import BLOCK_CASES, BLOCK_DTYPES, BLOCK_SHAPES, BLOCKS, DEVICE, DTYPES, FP8, K_QUANTS, SHAPES, tolerance
 
 GEMVS = [name for name, spec in REGISTRY.items() if spec.kernel in (linear_residual, rmsnorm_swiglu, rmsnorm_lm_head)]
 # The registry's kernels tested by their own modules: test_rmsnorm_qkv_rope, test_decode_attention, test_sparse_ffn.
 ELSEWHERE = {"rmsnorm_qkv_rope", "decode_attention", *(n for n in REGISTRY if n.startswith("sparse_ffn["))}
 
 
-def assert_matches_reference(spec, config: ModelConfig, dtype: torch.dtype, fp8: FP8Format | None) -> None:
-    """The kernel and its torch reference on the same inputs (FP8 weights too), within the dtype's tolerance."""
+def assert_matches_reference(spec, config: ModelConfig, dtype: torch.dtype, fp8: FP8Format | None,
+                             int8: bool = True) -> None:
+    """The kernel and its torch reference on the same inputs (FP8 weights too), within the dtype's tolerance;
+    int8=False: block weights' products keep float activations (Weight.int8)."""
     args, kw = spec.make_inputs(config, dtype, DEVICE, 1, fp8)
+    if not int8:
+        args = [dataclasses.replace(a, int8=False) if isinstance(a, Weight) else a for a in args]
     torch.testing.assert_close(spec.kernel(*args, **kw), spec.reference(*args, **kw), **tolerance(dtype))
 
 
@@ -40,6 +46,13 @@ def test_matches_reference(config, dtype, fp8, name):
 def test_block_formats_match_reference(config, dtype, fmt, name):
     """Block weights dequantized in registers against the reference's dequantized blocks."""
     assert_matches_reference(REGISTRY[name], config, dtype, fmt)
+
+
+@pytest.mark.parametrize("fmt", BLOCKS, ids=str)
+def test_block_formats_with_float_activations(fmt):
+    """Weights whose products keep float activations (Weight.int8 unset: the reference backend's, a wqkv with a
+    K-quant tail's) take gemv_blocks.py's loop, which dequantizes each block in registers."""
+    assert_matches_reference(REGISTRY["linear_residual[w2]"], BLOCK_SHAPES[0].values[0], torch.float32, fmt, False)
 
 
 @pytest.mark.parametrize("fmt", K_QUANTS, ids=str)

@@ -3,6 +3,8 @@ bit for bit, on lengths that fill no whole tile and longer than one, blocks of z
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -62,4 +64,6 @@ def test_int8_blocks_error_is_within_half_a_step():
 ])
 def test_which_weights_take_int8_activations(fmt, tail, expected):
     t = Weight(torch.zeros(2, 16, dtype=torch.uint8), None, tail) if tail is not None else None
-    assert Weight(torch.zeros(2, 16, dtype=torch.uint8), None, fmt, t).int8_activations == expected
+    w = Weight(torch.zeros(2, 16, dtype=torch.uint8), None, fmt, t, int8=True)
+    assert w.int8_activations == expected
+    assert not dataclasses.replace(w, int8=False).int8_activations  # unasked (the reference backend's): float
