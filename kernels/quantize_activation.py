@@ -44,7 +44,7 @@ def _rint(v):
 
 
 @triton.jit
-def _int8_kernel(x_ptr, g_ptr, ws_ptr, K, NORM: tl.constexpr, BLOCK: tl.constexpr):
+def _quantize_activation_kernel(x_ptr, g_ptr, ws_ptr, K, NORM: tl.constexpr, BLOCK: tl.constexpr):
     """BLOCK // 32 blocks of x per program."""
     _, d_ptr, s_ptr, ss_ptr = workspace_parts(ws_ptr, K)
     k = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -71,7 +71,7 @@ def int8_activation(x: torch.Tensor, norm_w: torch.Tensor | None = None) -> torc
     k = x.shape[-1]
     assert k % QK == 0, "int8 activations: whole blocks of 32"
     ws = torch.empty(k + 12 * (k // QK), dtype=torch.int8, device=x.device)
-    _int8_kernel[(triton.cdiv(k, _BLOCK),)](x, norm_w if norm_w is not None else x, ws, k,
+    _quantize_activation_kernel[(triton.cdiv(k, _BLOCK),)](x, norm_w if norm_w is not None else x, ws, k,
                                             NORM=norm_w is not None, BLOCK=_BLOCK, num_warps=1)
     return ws
 

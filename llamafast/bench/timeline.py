@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from llamafast.measure.common import environment, random_prompt
-from llamafast.config import SamplingConfig
+from llamafast.config import SamplingConfig, WeightFormat
 from llamafast.generate import Engine
 from llamafast.quant import FP8Format
 
@@ -149,6 +149,19 @@ def record_steps(engine: Engine, replays: int) -> list[list[Kernel]]:
     return [kernels[i * per : (i + 1) * per] for i in range(replays)]
 
 
+# The linear weight each GEMV op reads, for the block formats' bytes: layer 0's (a mix gives each tensor its own
+# format; a wv held apart counts in wqkv's).
+OP_WEIGHTS = {"rmsnorm_qkv_rope": "layers.0.attention.wqkv", "linear_residual[wo]": "layers.0.attention.wo",
+              "rmsnorm_swiglu": "layers.0.feed_forward.w1", "linear_residual[w2]": "layers.0.feed_forward.w2",
+              "rmsnorm_lm_head": "output"}
+
+
+def weight_format(model, op: str) -> WeightFormat | None:
+    """The block format of the weight op reads, or None (float and FP8 weights: the report's fp8 says)."""
+    fmt = getattr(dict(model.named_modules()).get(OP_WEIGHTS.get(op, "")), "fmt", None)  # a sparse FFN has no w2
+    return fmt if fmt is not None and fmt.is_block else None
+
+
 def run_timeline(model, weights: str, fp8: FP8Format | None, n_prompt: int, replays: int,
                  copy_bw_gb_s: float) -> Timeline:
     """The decode step of `model` (triton backend, CUDA) after a random prompt of n_prompt tokens."""
@@ -163,7 +176,7 @@ def run_timeline(model, weights: str, fp8: FP8Format | None, n_prompt: int, repl
 
     def bytes_of(op: str) -> int:
         spec = REGISTRY.get(BYTES_AS.get(op, op))
-        return spec.bytes_moved(c, dtype, context, fp8) if spec is not None else 0
+        return spec.bytes_moved(c, dtype, context, weight_format(model, op) or fp8) if spec is not None else 0
 
     timeline = summarize(steps, bytes_of, copy_bw_gb_s, weights, context)
     timeline.environment = environment(engine.token.device)

@@ -9,8 +9,11 @@ import torch
 
 from llamafast.bench.step_timeline import NAMES, run_step_timeline, summarize_steps
 from llamafast.bench.timeline import Kernel, run_timeline, short_name, summarize
-from llamafast.config import Backend, DType
+from llamafast.config import Backend, DType, WeightFormat
 from llamafast.load import load_model
+from llamafast.measure.registry import REGISTRY
+
+from ..gguf_models.test_gguf import SMOLLM2, requires_smollm2
 
 
 LAYER = ["_rmsnorm_qkv_rope_kernel", "_decode_attention_split_kernel", "_linear_residual_kernel",
@@ -107,3 +110,16 @@ def test_persistent_timeline_of_a_real_step():
         assert r.calls == lm.model.config.n_layers and r.us > 0 and r.tail_us >= 0, r
     assert sum(r.us * r.calls for r in t.ops) == pytest.approx(t.span_us, rel=1e-6)
     assert 0 < t.layer_us < t.span_us
+
+
+@pytest.mark.gpu
+@requires_smollm2
+def test_timeline_of_block_weights():
+    """SmolLM2's Q4_1 file on the GPU: each GEMV's bytes are its blocks' (the registry's count for q4_1), and the
+    int8 activations' quantize pass runs before each of a layer's four products."""
+    lm = load_model(SMOLLM2, device=torch.device("cuda"), dtype=DType.float32, backend=Backend.triton)
+    t = run_timeline(lm.model, lm.weights, None, n_prompt=8, replays=5, copy_bw_gb_s=1000.0)
+    rows, c = {r.op: r for r in t.ops}, lm.model.config
+    assert rows["quantize_activation"].calls == 4 * c.n_layers
+    w2 = REGISTRY["linear_residual[w2]"].bytes_moved(c, torch.float32, t.context, WeightFormat.q4_1)
+    assert rows["linear_residual[w2]"].bytes == w2 and rows["linear_residual[w2]"].calls == c.n_layers

@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from llamafast.cli.bench.shared import (
-    FP8BesideOpt, JsonOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt, readied, target,
+    BlockCopiesOpt, FP8BesideOpt, JsonOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt, block_copies, readied,
+    target,
 )
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, pick,
@@ -34,6 +35,7 @@ def timeline(
              "clock stamps.")] = Backend.triton,
     fp8: FP8BesideOpt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
+    weights: BlockCopiesOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ):
@@ -44,7 +46,8 @@ def timeline(
         t = target(model, tokenizer, random_weights, shape, device, dtype, config, out)
         n_prompt = pick(prompt_len, t.run.prompt_len)
         _check(t, n_prompt, reps, backend)
-        with readied(t, backend, None, fmt) as (models, _):
+        blocks = block_copies(weights, t, fmt, None, [backend])
+        with readied(t, backend, None, fmt, blocks) as (models, _):
             _report(models, fmt, n_prompt, reps, json_out, out, backend)
 
 
@@ -61,7 +64,8 @@ def _check(t, n_prompt: int, reps: int, backend: Backend) -> None:
 
 
 def _report(models, fp8, n_prompt: int, replays: int, json_out: bool, out, backend: Backend) -> None:
-    """models: the readied float model and, with --fp8, its FP8 copy; each one's decode step on the backend."""
+    """models: the readied float model and, with --fp8, its FP8 copy (with --weights, its block copies); each one's
+    decode step on the backend."""
     from llamafast.bench.step_timeline import run_step_timeline
     from llamafast.bench.timeline import run_timeline
     from llamafast.measure.common import copy_bandwidth
