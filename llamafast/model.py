@@ -218,6 +218,15 @@ class Transformer(nn.Module):
             ffn.threshold.copy_((table[i] + (table[i + 1] - table[i]) * t).reshape(1))
             ffn.work.zero_()
 
+    def set_int8_activations(self, on: bool) -> Transformer:
+        """Whether one token's products round their activations to int8 blocks where the formats allow
+        (Weight.int8; assemble sets it from the backend). On the reference ops: an exact model of the triton
+        backend's decode arithmetic, its tests' oracle. Returns the model."""
+        for m in self.modules():
+            if isinstance(m, _Linear):
+                m.int8 = on
+        return self
+
     def sparse_counts(self) -> tuple[int, int]:
         """(groups run, groups that could have run) over every sparse FFN call since set_sparsity."""
         ran = possible = 0
@@ -325,9 +334,8 @@ def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backe
         if isinstance(linear, _Linear):
             default = head if name == "output" else WeightFormat.float if name.endswith("router") else weights
             linear.fmt = formats.get(name + ".weight", default)
-            linear.int8 = backend.int8
             _check_format(name, linear)
-    return model.eval()
+    return model.eval().set_int8_activations(backend.int8)
 
 
 def _check_format(name: str, linear: _Linear) -> None:

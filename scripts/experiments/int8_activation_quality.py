@@ -23,9 +23,7 @@ TESTDATA = Path(os.environ.get("LLAMAFAST_TESTDATA", Path(__file__).resolve().pa
 
 @torch.no_grad()
 def decode_logp(model, ids: list[int], int8: bool) -> torch.Tensor:
-    for m in model.modules():
-        if hasattr(m, "int8"):  # model._Linear: the flag the triton backend sets
-            m.int8 = int8
+    model.set_int8_activations(int8)
     model.setup_cache(len(ids))
     rows = [model(torch.tensor(ids[i:i + 1]), torch.tensor(i)).float().view(-1) for i in range(len(ids))]
     return torch.log_softmax(torch.stack(rows), -1)
