@@ -9,7 +9,6 @@ statistic sum(x^2) is accumulated in the same loop and applied to the finished r
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -19,7 +18,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from llamafast.config import Weight, WeightFormat
 
-from ._common import INTERPRET, next_pow2, w_fp8
+from ._common import INTERPRET, next_pow2, pdl_capable, w_fp8
 from .counters import wait_arrivals, wait_count
 from .gemv_blocks import dot_blocks
 from .gemv_int8 import dot_int8
@@ -55,7 +54,7 @@ def dot_rows(
         if x_ptr.dtype.element_ty == tl.int8:  # quantize_activation.py's workspace: int8 activations
             tl.static_assert(W_FP8 <= 5 and PARTS == 0, "int8 activations: Q8_0, Q4_0, Q4_1 on one GPU")
             return dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, rows, row_mask, K, stride_wn, BLOCK_N, BLOCK_K,
-                            NORM, PAIR, EVEN_K, W_FP8)
+                            NORM, PAIR, EVEN_K, W_FP8, PDL)
         if W_FP8 >= 6:
             return dot_kblocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
                                stride_wn, BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS)
@@ -208,21 +207,16 @@ def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: boo
         "W_FP8": w_fp8(w), "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
     }
     if pdl:
-        on = use_pdl(w.data.device, w.fmt)
+        on = use_pdl(w)
         args.update(PDL=on, launch_pdl=on)
     return args
 
 
-def use_pdl(device: torch.device, fmt: WeightFormat) -> bool:
-    """Programmatic dependent launch between the dense decode GEMVs, their first weight tile read before the wait
-    (_first_tile), for float weights only. Llama-2-7B, `bench --random-weights --fp8`, one process per run: bf16
-    202.3/202.5 -> 207.7/207.6 tok/s on the H100 (+2.6%), +2.8% on the H200; FP8 E5M2 345.6/346.1 -> 344.0/343.8
-    (-0.6%) on the H100, -3.7% on the H200 (an FP8 tile is half the bytes read ahead of the wait); one process
-    alternating both: scripts/experiments/pdl_ab.py."""
-    return fmt == WeightFormat.float and _pdl_capable(device)
-
-
-@functools.lru_cache
-def _pdl_capable(device: torch.device) -> bool:
-    """PDL needs compute capability 9.0 (griddepcontrol) and a real GPU."""
-    return not INTERPRET and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+def use_pdl(w: Weight) -> bool:
+    """Programmatic dependent launch between the decode GEMVs, their first weight tile read before the wait
+    (_first_tile), for float weights and those that take int8 activations (gemv_int8.py, behind
+    quantize_activation.py's kernel, launched the same way). Llama-2-7B, `bench --random-weights --fp8`, one
+    process per run: bf16 202.3/202.5 -> 207.7/207.6 tok/s on the H100 (+2.6%), +2.8% on the H200; FP8 E5M2
+    345.6/346.1 -> 344.0/343.8 (-0.6%) on the H100, -3.7% on the H200 (an FP8 tile is half the bytes read ahead of
+    the wait), so FP8 goes without."""
+    return (w.fmt == WeightFormat.float or w.int8_activations) and pdl_capable(w.data.device)

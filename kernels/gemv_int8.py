@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ._common import INTERPRET
 from .gemv_blocks import block_scales
@@ -54,46 +55,75 @@ def _q8_dot(w, x):
 @triton.jit
 def dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, rows, row_mask, K, stride_wn,
              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
-             EVEN_K: tl.constexpr, FMT: tl.constexpr):
+             EVEN_K: tl.constexpr, FMT: tl.constexpr, PDL: tl.constexpr):
     """dot_rows for FMT 3 (Q8_0), 4 (Q4_0), 5 (Q4_1) with x the int8 workspace; sum(x^2) comes from it (NORM)."""
-    xq_ptr, dx_ptr, xs_ptr, ss_ptr = workspace_parts(x_ptr, K)
     NB: tl.constexpr = BLOCK_K // 32
     C: tl.constexpr = BLOCK_K // 4 if FMT == 3 else BLOCK_K // 8  # weight words per tile row
     offs = rows[:, None].to(tl.int64) * (stride_wn // 4)
     w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + offs
     w2_words = w2_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + offs
     soffs = rows[:, None].to(tl.int64) * (K // 32 * (2 if FMT == 5 else 1))
-    c, kb = tl.arange(0, C), tl.arange(0, NB)
     acc, acc2 = tl.zeros((BLOCK_N, NB), dtype=tl.float32), tl.zeros((BLOCK_N, NB), dtype=tl.float32)
     ss = tl.zeros((NB,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        bk = k0 // 32 + kb
-        bmask = bk < K // 32
-        xw = k0 // 4 + c if FMT == 3 else k0 // 4 + (c // 4) * 8 + c % 4  # Q4: the low nibbles' activation word
-        cmask = (k0 // 4 + c < K // 4) if FMT == 3 else (k0 // 8 + c < K // 8)
-        xa = tl.load(xq_ptr + xw, mask=cmask, other=0)
-        xb = xa
-        if FMT != 3:
-            xb = tl.load(xq_ptr + xw + 4, mask=cmask, other=0)
-        dx = tl.load(dx_ptr + bk, mask=bmask, other=0.0)
-        xs = tl.load(xs_ptr + bk, mask=bmask, other=0)
-        if NORM:
-            ss += tl.load(ss_ptr + bk, mask=bmask, other=0.0)
-        word = (k0 // 4 if FMT == 3 else k0 // 8) + c
-        acc += _blocks(w_words, s_ptr + soffs, word, cmask, bk, bmask, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB,
-                       C, EVEN_K, FMT)
+    start = 0
+    if PDL:  # the first weight tile is read while the kernel that writes x still runs (gemv._first_tile)
+        gdc_launch_dependents()
+        w = _words(w_words, 0, K, row_mask, EVEN_K, C, FMT)
+        w2 = w
         if PAIR:
-            acc2 += _blocks(w2_words, s2_ptr + soffs, word, cmask, bk, bmask, xa, xb, dx, xs, row_mask, K, BLOCK_N,
-                            NB, C, EVEN_K, FMT)
+            w2 = _words(w2_words, 0, K, row_mask, EVEN_K, C, FMT)
+        gdc_wait()
+        acc, acc2, ss = _tile(w, w2, s_ptr + soffs, s2_ptr + soffs, x_ptr, 0, K, row_mask, acc, acc2, ss, BLOCK_N,
+                              BLOCK_K, NORM, PAIR, EVEN_K, FMT)
+        start = BLOCK_K
+    for k0 in range(start, K, BLOCK_K):
+        w = _words(w_words, k0, K, row_mask, EVEN_K, C, FMT)
+        w2 = w
+        if PAIR:
+            w2 = _words(w2_words, k0, K, row_mask, EVEN_K, C, FMT)
+        acc, acc2, ss = _tile(w, w2, s_ptr + soffs, s2_ptr + soffs, x_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N,
+                              BLOCK_K, NORM, PAIR, EVEN_K, FMT)
     return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
 
 
 @triton.jit
-def _blocks(w_words, scale_rows, word, cmask, bk, bmask, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constexpr,
-            NB: tl.constexpr, C: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
+def _words(w_words, k0, K, row_mask, EVEN_K: tl.constexpr, C: tl.constexpr, FMT: tl.constexpr):
+    """The (BLOCK_N, C) weight words of the tile at k0, as stored."""
+    word = (k0 // 4 if FMT == 3 else k0 // 8) + tl.arange(0, C)
+    mask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (word < (K // 4 if FMT == 3 else K // 8))[None, :]
+    return tl.load(w_words + word[None, :], mask=mask, other=0, eviction_policy="evict_first")
+
+
+@triton.jit
+def _tile(w, w2, scale_rows, scale_rows2, x_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N: tl.constexpr,
+          BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
+    """The tile at k0 of the weight words w (and w2) added to acc (acc2), its blocks' sum(x^2) to ss."""
+    xq_ptr, dx_ptr, xs_ptr, ss_ptr = workspace_parts(x_ptr, K)
+    NB: tl.constexpr = BLOCK_K // 32
+    C: tl.constexpr = BLOCK_K // 4 if FMT == 3 else BLOCK_K // 8
+    c = tl.arange(0, C)
+    bk = k0 // 32 + tl.arange(0, NB)
+    bmask = bk < K // 32
+    xw = k0 // 4 + c if FMT == 3 else k0 // 4 + (c // 4) * 8 + c % 4  # Q4: the low nibbles' activation word
+    cmask = (k0 // 4 + c < K // 4) if FMT == 3 else (k0 // 8 + c < K // 8)
+    xa = tl.load(xq_ptr + xw, mask=cmask, other=0)
+    xb = xa
+    if FMT != 3:
+        xb = tl.load(xq_ptr + xw + 4, mask=cmask, other=0)
+    dx = tl.load(dx_ptr + bk, mask=bmask, other=0.0)
+    xs = tl.load(xs_ptr + bk, mask=bmask, other=0)
+    if NORM:
+        ss += tl.load(ss_ptr + bk, mask=bmask, other=0.0)
+    acc += _blocks(w, scale_rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
+    if PAIR:
+        acc2 += _blocks(w2, scale_rows2, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
+    return acc, acc2, ss
+
+
+@triton.jit
+def _blocks(w, scale_rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constexpr, NB: tl.constexpr,
+            C: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
     """One tile's (BLOCK_N, NB) block products, scaled."""
-    mask = row_mask[:, None] if EVEN_K else row_mask[:, None] & cmask[None, :]
-    w = tl.load(w_words + word[None, :], mask=mask, other=0, eviction_policy="evict_first")
     if FMT == 3:
         p = _q8_dot(w, tl.broadcast_to(xa[None, :], (BLOCK_N, C)))
     else:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from llamafast.config import QK, Weight
 
-from ._common import INTERPRET
+from ._common import INTERPRET, pdl_capable
 
 _ASM = tl.constexpr(not INTERPRET)
 
@@ -44,8 +45,13 @@ def _rint(v):
 
 
 @triton.jit
-def _quantize_activation_kernel(x_ptr, g_ptr, ws_ptr, K, NORM: tl.constexpr, BLOCK: tl.constexpr):
-    """BLOCK // 32 blocks of x per program."""
+def _quantize_activation_kernel(x_ptr, g_ptr, ws_ptr, K, NORM: tl.constexpr, BLOCK: tl.constexpr,
+                                PDL: tl.constexpr):
+    """BLOCK // 32 blocks of x per program. PDL: launched while the kernel that writes x still runs, it lets the
+    GEMV after it start reading weights (gemv_int8.py) and waits for x."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     _, d_ptr, s_ptr, ss_ptr = workspace_parts(ws_ptr, K)
     k = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     b = tl.program_id(0) * (BLOCK // 32) + tl.arange(0, BLOCK // 32)
@@ -71,8 +77,10 @@ def int8_activation(x: torch.Tensor, norm_w: torch.Tensor | None = None) -> torc
     k = x.shape[-1]
     assert k % QK == 0, "int8 activations: whole blocks of 32"
     ws = torch.empty(k + 12 * (k // QK), dtype=torch.int8, device=x.device)
+    pdl = pdl_capable(x.device)
     _quantize_activation_kernel[(triton.cdiv(k, _BLOCK),)](x, norm_w if norm_w is not None else x, ws, k,
-                                            NORM=norm_w is not None, BLOCK=_BLOCK, num_warps=1)
+                                                           NORM=norm_w is not None, BLOCK=_BLOCK, PDL=pdl,
+                                                           launch_pdl=pdl, num_warps=1)
     return ws
 
 

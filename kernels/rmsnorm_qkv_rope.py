@@ -122,7 +122,7 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
         gemv_input(x, wqkv, norm_w), norm_w, head.data, scale_arg(head), cos, sin, pos, q, k_cache, v_cache,
         n, c, qd, kvh * d, head.data.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
-        HEAD_DIM=d, **launch_args(cfg, head, block_n, pdl=True), **parts, **_tail_args(head, tail),
+        HEAD_DIM=d, **launch_args(cfg, head, block_n, pdl=tail is None), **parts, **_tail_args(head, tail),
     )
     return q
 
