@@ -57,7 +57,7 @@ def dot_rows(
                             NORM, PAIR, EVEN_K, W_FP8, PDL)
         if W_FP8 >= 6:
             return dot_kblocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
-                               stride_wn, BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS, PDL)
+                               stride_wn, BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS)
         return dot_blocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K, stride_wn,
                           BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS)
     offs = rows[:, None].to(tl.int64) * stride_wn

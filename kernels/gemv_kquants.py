@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from llamafast.config import SCALE_WORDS
 
@@ -25,12 +24,8 @@ _WORDS_Q45 = tl.constexpr(SCALE_WORDS["q4_k"])  # Q4_K's and Q5_K's
 @triton.jit
 def dot_kblocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K, stride_wn,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
-                EVEN_K: tl.constexpr, FMT: tl.constexpr, PARTS: tl.constexpr, PDL: tl.constexpr = False):
-    """dot_rows for K-quant weights (BLOCK_K a multiple of 32): (W @ x, W2 @ x, sum(x^2)) in fp32. PDL: launched
-    while the kernel before still runs, it lets the next one launch too and waits before reading anything."""
-    if PDL:
-        gdc_launch_dependents()
-        gdc_wait()
+                EVEN_K: tl.constexpr, FMT: tl.constexpr, PARTS: tl.constexpr):
+    """dot_rows for K-quant weights (BLOCK_K a multiple of 32): (W @ x, W2 @ x, sum(x^2)) in fp32."""
     NB: tl.constexpr = BLOCK_K // 32
     offs = rows[:, None].to(tl.int64) * stride_wn
     acc, acc2 = tl.zeros((BLOCK_N, NB), dtype=tl.float32), tl.zeros((BLOCK_N, NB), dtype=tl.float32)

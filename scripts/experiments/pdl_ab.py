@@ -1,10 +1,10 @@
 """The PDL decision, timed in one process: Llama-2-7B random weights in bf16 and in each format named on the command
 line (fp8: their E5M2 copy; q8_0, q4_0, q4_1: block copies, whose GEMVs take int8 activations behind
-quantize_activation.py's kernel; q4_k, q5_k, q6_k: K-quant copies, whose GEMVs wait first under PDL), each decoded with the decode GEMVs (and the quantize kernel) under programmatic
+quantize_activation.py's kernel), each decoded with the decode GEMVs (and the quantize kernel) under programmatic
 dependent launch and without, alternated twice. kernels/gemv.use_pdl decides; this replaces it, and the quantize
 kernel's pdl_capable, to turn PDL on or off for any format. Each model's launches are tuned first, as bench does.
 
-    PYTHONPATH=. python scripts/experiments/pdl_ab.py [fp8] [q8_0] [q4_0] [q4_1] [q4_k] ...
+    PYTHONPATH=. python scripts/experiments/pdl_ab.py [fp8] [q8_0] [q4_0] [q4_1]
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from llamafast.runtime import ready_built
 
 
 def set_pdl(on: bool, capable: bool) -> None:
-    gemv.use_pdl = lambda w: on and capable
+    # K-quant GEMVs have no wait for PDL (a version that waited first lost 2-4%: pdl_ab_kquants.txt, d94fb3d)
+    gemv.use_pdl = lambda w: on and capable and (not w.fmt.is_block or w.int8_activations)
     quantize_activation.pdl_capable = lambda device: on and capable
 
 
