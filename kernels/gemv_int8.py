@@ -1,8 +1,9 @@
-"""The decode GEMV's loop for Q8_0, Q4_0 and Q4_1 weights against int8 activations (gemv.dot_rows, when its x is
-quantize_activation.py's workspace): weights and activations are read as 32-bit words of four integers, dp4a
+"""The decode GEMV's loop for Q8_0, Q4_0, Q4_1 and Q4_K weights against int8 activations (gemv.dot_rows, when its
+x is quantize_activation.py's workspace): weights and activations are read as 32-bit words of four integers, dp4a
 multiplies and sums each pair of words in one instruction, and each block's integer sum becomes a float once:
 
     Q8_0: d * dx * sum(q * qx);  Q4_0: d * dx * (sum(q * qx) - 8 * sum(qx));  Q4_1: the same plus m * dx * sum(qx)
+    Q4_K: dx * (d*sc * sum(q * qx) - dmin*m * sum(qx)), its nibbles in Q4_0's order
 
 At Llama-2-7B's shapes on an H100 this runs the Q4_0 GEMVs at 60-86% of copy bandwidth where unpacking each weight
 to fp32 (gemv_blocks.py) ran them at 40-63%, and Q8_0 at 76-101% against 68-96% (scripts/experiments/dp4a_gemv.txt)."""
@@ -15,6 +16,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ._common import INTERPRET
 from .gemv_blocks import block_scales
+from .gemv_kquants import k_scales
 from .quantize_activation import workspace_parts
 
 _ASM = tl.constexpr(not INTERPRET)
@@ -56,13 +58,13 @@ def _q8_dot(w, x):
 def dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, rows, row_mask, K, stride_wn,
              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
              EVEN_K: tl.constexpr, FMT: tl.constexpr, PDL: tl.constexpr):
-    """dot_rows for FMT 3 (Q8_0), 4 (Q4_0), 5 (Q4_1) with x the int8 workspace; sum(x^2) comes from it (NORM)."""
+    """dot_rows for FMT 3 (Q8_0), 4 (Q4_0), 5 (Q4_1), 6 (Q4_K) with x the int8 workspace; sum(x^2) comes from it
+    (NORM)."""
     NB: tl.constexpr = BLOCK_K // 32
     C: tl.constexpr = BLOCK_K // 4 if FMT == 3 else BLOCK_K // 8  # weight words per tile row
     offs = rows[:, None].to(tl.int64) * (stride_wn // 4)
     w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + offs
     w2_words = w2_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + offs
-    soffs = rows[:, None].to(tl.int64) * (K // 32 * (2 if FMT == 5 else 1))
     acc, acc2 = tl.zeros((BLOCK_N, NB), dtype=tl.float32), tl.zeros((BLOCK_N, NB), dtype=tl.float32)
     ss = tl.zeros((NB,), dtype=tl.float32)
     start = 0
@@ -73,16 +75,16 @@ def dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, rows, row_mask, K, stride_wn,
         if PAIR:
             w2 = _words(w2_words, 0, K, row_mask, EVEN_K, C, FMT)
         gdc_wait()
-        acc, acc2, ss = _tile(w, w2, s_ptr + soffs, s2_ptr + soffs, x_ptr, 0, K, row_mask, acc, acc2, ss, BLOCK_N,
-                              BLOCK_K, NORM, PAIR, EVEN_K, FMT)
+        acc, acc2, ss = _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, 0, K, row_mask, acc, acc2, ss, BLOCK_N, BLOCK_K,
+                              NORM, PAIR, EVEN_K, FMT)
         start = BLOCK_K
     for k0 in range(start, K, BLOCK_K):
         w = _words(w_words, k0, K, row_mask, EVEN_K, C, FMT)
         w2 = w
         if PAIR:
             w2 = _words(w2_words, k0, K, row_mask, EVEN_K, C, FMT)
-        acc, acc2, ss = _tile(w, w2, s_ptr + soffs, s2_ptr + soffs, x_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N,
-                              BLOCK_K, NORM, PAIR, EVEN_K, FMT)
+        acc, acc2, ss = _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N, BLOCK_K,
+                              NORM, PAIR, EVEN_K, FMT)
     return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
 
 
@@ -95,7 +97,7 @@ def _words(w_words, k0, K, row_mask, EVEN_K: tl.constexpr, C: tl.constexpr, FMT:
 
 
 @triton.jit
-def _tile(w, w2, scale_rows, scale_rows2, x_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N: tl.constexpr,
+def _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N: tl.constexpr,
           BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
     """The tile at k0 of the weight words w (and w2) added to acc (acc2), its blocks' sum(x^2) to ss."""
     xq_ptr, dx_ptr, xs_ptr, ss_ptr = workspace_parts(x_ptr, K)
@@ -114,14 +116,14 @@ def _tile(w, w2, scale_rows, scale_rows2, x_ptr, k0, K, row_mask, acc, acc2, ss,
     xs = tl.load(xs_ptr + bk, mask=bmask, other=0)
     if NORM:
         ss += tl.load(ss_ptr + bk, mask=bmask, other=0.0)
-    acc += _blocks(w, scale_rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
+    acc += _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
     if PAIR:
-        acc2 += _blocks(w2, scale_rows2, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
+        acc2 += _blocks(w2, s2_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
     return acc, acc2, ss
 
 
 @triton.jit
-def _blocks(w, scale_rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constexpr, NB: tl.constexpr,
+def _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constexpr, NB: tl.constexpr,
             C: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
     """One tile's (BLOCK_N, NB) block products, scaled."""
     if FMT == 3:
@@ -129,8 +131,13 @@ def _blocks(w, scale_rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constexp
     else:
         p = _q4_dot(w, tl.broadcast_to(xa[None, :], (BLOCK_N, C)), tl.broadcast_to(xb[None, :], (BLOCK_N, C)))
     isum = tl.sum(tl.reshape(p, (BLOCK_N, NB, C // NB)), axis=2)
+    if FMT == 6:  # Q4_K: Q4_1's sums, with the scale d*sc and the min -dmin*m of each block's 6-bit pair
+        smask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (bk < K // 32)[None, :]
+        ds, _, m = k_scales(s_ptr, rows, bk, K, smask, FMT)
+        return (isum.to(tl.float32) * ds - m * xs.to(tl.float32)[None, :]) * dx[None, :]
     if FMT == 4:
         isum -= 8 * xs[None, :]
+    scale_rows = s_ptr + rows[:, None].to(tl.int64) * (K // 32 * (2 if FMT == 5 else 1))  # Q4_1: (scale, min)
     d = block_scales(scale_rows, bk, K, row_mask, EVEN_K, FMT == 5, 0)
     part = isum.to(tl.float32) * d * dx[None, :]
     if FMT == 5:

@@ -146,8 +146,8 @@ def dequantize_blocks(w: torch.Tensor, scale: torch.Tensor, fmt: WeightFormat) -
 
 def int8_blocks(x: torch.Tensor) -> torch.Tensor:
     """x rounded to int8 per block of 32 along its last axis with the scale amax / 127, in fp32 (q * scale): the
-    activations one token's product with a Q8_0, Q4_0 or Q4_1 weight takes (config.Weight.int8_activations; the
-    kernels' kernels/quantize_activation.py)."""
+    activations one token's product with a Q8_0, Q4_0, Q4_1 or Q4_K weight takes (config.Weight.int8_activations;
+    the kernels' kernels/quantize_activation.py)."""
     b = x.float().unflatten(-1, (-1, QK))
     amax = b.abs().amax(-1, keepdim=True)
     # a tensor divided by a tensor rounds as IEEE and the kernel do; torch's scalar / tensor does not

@@ -1,6 +1,6 @@
 """Experiment: what int8 activations cost. The same block weights decode one text teacher-forced, one token at a
 time, twice on the reference path: with float activations (the reference backend's own) and with each product of a
-Q8_0/Q4_0/Q4_1 weight taking its input rounded to int8 per block of 32 (Weight.int8, as the triton backend's
+Q8_0/Q4_0/Q4_1/Q4_K weight taking its input rounded to int8 per block of 32 (Weight.int8, as the triton backend's
 kernels do). Prints KL(float || int8) over the positions and top-1 agreement.
 
     python scripts/experiments/int8_activation_quality.py [GGUF]    # default: the test data's SmolLM2 Q4_1 file

@@ -109,6 +109,7 @@ def test_k_quants_mixed_per_tensor_on_the_triton_interpreter(tmp_path):
     loaded = load_state(ckpt, torch.device("cpu"), torch.float32)
     assert loaded["layers.0.feed_forward.w2.scale"].dtype == torch.int16
     ref, fused = (build(WIDE, loaded, backend, formats=formats) for backend in (Backend.reference, Backend.triton))
+    ref.set_int8_activations(True)  # the kernels' arithmetic: Q4_K products take int8 activations
     for model in (ref, fused):
         model.setup_cache(16)
     for pos, token in enumerate([3, 200, 41]):
@@ -132,18 +133,19 @@ def test_wv_in_its_own_format_stays_blocks_as_wqkv_s_tail(tmp_path):
     assert "layers.1.attention.wv.weight" not in formats and "layers.2.attention.wqkv.weight" not in formats
     loaded = load_state(ckpt, torch.device("cpu"), torch.float32)
     assert loaded["layers.0.attention.wqkv.weight"].shape == (config.dim + config.kv_dim, config.dim // 2)
-    backends = [Backend.reference] + ([] if torch.cuda.is_available() else [Backend.triton])
-    models = [build(config, loaded, b, formats=formats) for b in backends] + [None]
-    models[-1] = dequantized(models[0])
-    assert models[0].layers[0].attention.qkv.shape == (config.qkv_dim, config.dim)
-    for model in models:
+    ref, int8_ref = (build(config, loaded, formats=formats) for _ in range(2))
+    assert ref.layers[0].attention.qkv.shape == (config.qkv_dim, config.dim)
+    pairs = [(dequantized(ref), ref)]  # (model, its oracle)
+    if not torch.cuda.is_available():  # the kernels' Q4_K products take int8 activations: so does their oracle
+        pairs.append((build(config, loaded, Backend.triton, formats=formats), int8_ref.set_int8_activations(True)))
+    for model in {m for pair in pairs for m in pair}:
         model.setup_cache(16)
     steps = [(torch.tensor([3, 200, 41]), 0, True), (torch.tensor([7]), 3, False), (torch.tensor([90]), 4, False)]
     for tokens, pos, all_logits in steps:  # a prompt, then decode steps
-        want = models[0](tokens, torch.tensor(pos), all_logits)
-        for model in models[1:]:
+        for model, oracle in pairs:
+            want = oracle(tokens, torch.tensor(pos), all_logits)
             torch.testing.assert_close(model(tokens, torch.tensor(pos), all_logits), want, rtol=1e-4, atol=1e-4)
-    copy = block_copy(LoadedModel(models[0], None, Backend.reference, "gguf", "m", 0.0, "q4_k"), WeightFormat.q8_0)
+    copy = block_copy(LoadedModel(ref, None, Backend.reference, "gguf", "m", 0.0, "q4_k"), WeightFormat.q8_0)
     assert not hasattr(copy.model.layers[0].attention, "wv")
     assert copy.model.layers[0].attention.wqkv.weight.shape == (config.qkv_dim, config.dim)
 

@@ -60,7 +60,8 @@ def test_int8_blocks_error_is_within_half_a_step():
 @pytest.mark.parametrize(("fmt", "tail", "expected"), [
     (WeightFormat.q8_0, None, True), (WeightFormat.q4_0, None, True), (WeightFormat.q4_1, None, True),
     (WeightFormat.q4_0, WeightFormat.q8_0, True), (WeightFormat.q4_0, WeightFormat.q6_k, False),
-    (WeightFormat.q4_k, None, False), (WeightFormat.float, None, False), (WeightFormat.fp8_e5m2, None, False),
+    (WeightFormat.q4_k, None, True), (WeightFormat.q4_k, WeightFormat.q6_k, False), (WeightFormat.q6_k, None, False),
+    (WeightFormat.float, None, False), (WeightFormat.fp8_e5m2, None, False),
 ])
 def test_which_weights_take_int8_activations(fmt, tail, expected):
     t = Weight(torch.zeros(2, 16, dtype=torch.uint8), None, tail) if tail is not None else None
