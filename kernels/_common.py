@@ -19,16 +19,16 @@ from llamafast.config import Weight, WeightFormat
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-# Host-side launch arithmetic in plain Python. In triton 3.6, triton.next_power_of_2 and triton.cdiv are
-# constexpr functions whose host calls pass through a wrapper that unwraps every argument; a 7B prefill called
-# them ~450 times per forward pass, 5 of the 33 ms cProfile counted for queueing one
-# (scripts/experiments/prefill_host.txt).
 @functools.lru_cache
 def pdl_capable(device: torch.device) -> bool:
     """Programmatic dependent launch (PDL) needs compute capability 9.0 (griddepcontrol) and a real GPU."""
     return not INTERPRET and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
+# Host-side launch arithmetic in plain Python. In triton 3.6, triton.next_power_of_2 and triton.cdiv are
+# constexpr functions whose host calls pass through a wrapper that unwraps every argument; a 7B prefill called
+# them ~450 times per forward pass, 5 of the 33 ms cProfile counted for queueing one
+# (scripts/experiments/prefill_host.txt).
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
