@@ -32,14 +32,17 @@ def product(x: torch.Tensor, w: Weight) -> torch.Tensor:
     return x @ dense(w, x.dtype).T
 
 
-def normed_product(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float) -> torch.Tensor:
-    """rmsnorm(x) @ w.T. With int8 activations, the blocks are of x * norm_w and the norm's scale multiplies the
+def normed_products(x: torch.Tensor, norm_w: torch.Tensor, eps: float, *ws: Weight) -> list[torch.Tensor]:
+    """rmsnorm(x) @ w.T for each w, the norm (or the int8 blocks) computed once. With int8 activations (the first
+    weight's choice, as the kernels make it), the blocks are of x * norm_w and the norm's scale multiplies the
     products, as the kernels apply it (the same numbers up to rounding)."""
-    if x.shape[0] == 1 and w.int8_activations:
+    if x.shape[0] == 1 and ws[0].int8_activations:
         xf = x.float()
         rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        return ((int8_blocks(xf * norm_w.float()) @ dense(w, torch.float32).T) * rstd).to(x.dtype)
-    return rmsnorm(x, norm_w, eps) @ dense(w, x.dtype).T
+        blocks = int8_blocks(xf * norm_w.float())
+        return [((blocks @ dense(w, torch.float32).T) * rstd).to(x.dtype) for w in ws]
+    h = rmsnorm(x, norm_w, eps)
+    return [h @ dense(w, x.dtype).T for w in ws]
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -65,7 +68,7 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     S = x.shape[0]
     KVH, _, D = k_cache.shape
     positions = pos + torch.arange(S, device=x.device)  # (S,)
-    qkv = normed_product(x, norm_w, wqkv, eps)  # (S, H*D + 2*KVH*D)
+    (qkv,) = normed_products(x, norm_w, eps, wqkv)  # (S, H*D + 2*KVH*D)
     q, k, v = qkv.split([qkv.shape[1] - 2 * KVH * D, KVH * D, KVH * D], dim=1)
     c, s = cos[positions], sin[positions]  # (S, D/2)
     q = rope(q.unflatten(1, (-1, D)), c, s)  # (S, H, D)
@@ -98,12 +101,14 @@ def linear_residual(x, w: Weight, residual):
 
 def rmsnorm_swiglu(x, norm_w, w1: Weight, w3: Weight, eps):
     """silu(norm(x) @ w1.T) * (norm(x) @ w3.T). x (S, C); w1, w3 (F, C) -> (S, F). Reads 180 MB at 7B."""
-    return F.silu(normed_product(x, norm_w, w1, eps)) * normed_product(x, norm_w, w3, eps)
+    gate, up = normed_products(x, norm_w, eps, w1, w3)
+    return F.silu(gate) * up
 
 
 def rmsnorm_lm_head(x, norm_w, w: Weight, eps):
     """Final norm and LM head: logits (S, V) in fp32. w (V, C): 262 MB at 7B."""
-    return normed_product(x, norm_w, w, eps).float()
+    (logits,) = normed_products(x, norm_w, eps, w)
+    return logits.float()
 
 
 # The sparse FFN (llamafast/sparse/ builds its parts). Groups of G neurons are contiguous rows of w1 and w3
