@@ -1,9 +1,13 @@
-"""The decode GEMV's loop for Q8_0, Q4_0, Q4_1 and Q4_K weights against int8 activations (gemv.dot_rows, when its
-x is quantize_activation.py's workspace): weights and activations are read as 32-bit words of four integers, dp4a
+"""The decode GEMV's loop for block weights against int8 activations (gemv.dot_rows, when its x is
+quantize_activation.py's workspace): weights and activations are read as 32-bit words of four integers, dp4a
 multiplies and sums each pair of words in one instruction, and each block's integer sum becomes a float once:
 
     Q8_0: d * dx * sum(q * qx);  Q4_0: d * dx * (sum(q * qx) - 8 * sum(qx));  Q4_1: the same plus m * dx * sum(qx)
-    Q4_K: dx * (d*sc * sum(q * qx) - dmin*m * sum(qx)), its nibbles in Q4_0's order
+    Q4_K, Q5_K: dx * (d*sc * sum(q * qx) - dmin*m * sum(qx)), their nibbles in Q4_0's order
+    Q6_K: dx * d * (s_lo * (sum(q * qx) - 32 * sum(qx)) over weights 0-15 + s_hi * the same over 16-31)
+
+Q5_K's and Q6_K's bits above the nibble (a plane after the nibbles, docs/quantized.md) are merged into each word's
+bytes in registers first, so dp4a multiplies whole 5- and 6-bit integers.
 
 At Llama-2-7B's shapes on an H100 this runs the Q4_0 GEMVs at 60-86% of copy bandwidth where unpacking each weight
 to fp32 (gemv_blocks.py) ran them at 40-63%, and Q8_0 at 76-101% against 68-96% (scripts/experiments/dp4a_gemv.txt)."""
@@ -25,6 +29,8 @@ _ASM = tl.constexpr(not INTERPRET)
 _Q4_DOT = tl.constexpr("{ .reg .b32 l, h; and.b32 l, $1, 0x0F0F0F0F; shr.u32 h, $1, 4; and.b32 h, h, 0x0F0F0F0F; "
                        "dp4a.u32.s32 $0, l, $2, 0; dp4a.u32.s32 $0, h, $3, $0; }")
 _Q8_DOT = tl.constexpr("dp4a.s32.s32 $0, $1, $2, 0;")
+_U8_DOT = tl.constexpr("dp4a.u32.s32 $0, $1, $2, 0;")
+_BYTE_SUMS = tl.constexpr("dp4a.s32.s32 $0, $1, 0x01010101, 0;")
 
 
 @triton.jit
@@ -55,45 +61,86 @@ def _q8_dot(w, x):
 
 
 @triton.jit
+def _u8_dot(w, x):
+    """dp4a of unsigned weight bytes (Q5_K's and Q6_K's merged words) and signed activation bytes."""
+    if _ASM:
+        return tl.inline_asm_elementwise(_U8_DOT, "=r,r,r", [w, x], dtype=tl.int32, is_pure=True, pack=1)
+    return _bytes_dot(w, x, False)
+
+
+@triton.jit
+def _byte_sums(x):
+    """The sum of each activation word's four signed bytes."""
+    if _ASM:
+        return tl.inline_asm_elementwise(_BYTE_SUMS, "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1)
+    return _bytes_dot(tl.full(x.shape, 0x01010101, tl.int32), x, False)
+
+
+@triton.jit
 def dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, rows, row_mask, K, stride_wn,
              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
              EVEN_K: tl.constexpr, FMT: tl.constexpr, PDL: tl.constexpr):
-    """dot_rows for FMT 3 (Q8_0), 4 (Q4_0), 5 (Q4_1), 6 (Q4_K) with x the int8 workspace; sum(x^2) comes from it
-    (NORM)."""
+    """dot_rows for FMT 3 (Q8_0), 4 (Q4_0), 5 (Q4_1), 6-8 (Q4_K, Q5_K, Q6_K) with x the int8 workspace; sum(x^2)
+    comes from it (NORM)."""
     NB: tl.constexpr = BLOCK_K // 32
     C: tl.constexpr = BLOCK_K // 4 if FMT == 3 else BLOCK_K // 8  # weight words per tile row
-    offs = rows[:, None].to(tl.int64) * (stride_wn // 4)
-    w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + offs
-    w2_words = w2_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + offs
+    offs = rows[:, None].to(tl.int64) * stride_wn
+    w_rows, w2_rows = w_ptr + offs, w2_ptr + offs
     acc, acc2 = tl.zeros((BLOCK_N, NB), dtype=tl.float32), tl.zeros((BLOCK_N, NB), dtype=tl.float32)
     ss = tl.zeros((NB,), dtype=tl.float32)
     start = 0
     if PDL:  # the first weight tile is read while the kernel that writes x still runs (gemv._first_tile)
         gdc_launch_dependents()
-        w = _words(w_words, 0, K, row_mask, EVEN_K, C, FMT)
+        w = _words(w_rows, 0, K, row_mask, EVEN_K, C, FMT)
         w2 = w
         if PAIR:
-            w2 = _words(w2_words, 0, K, row_mask, EVEN_K, C, FMT)
+            w2 = _words(w2_rows, 0, K, row_mask, EVEN_K, C, FMT)
         gdc_wait()
         acc, acc2, ss = _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, 0, K, row_mask, acc, acc2, ss, BLOCK_N, BLOCK_K,
                               NORM, PAIR, EVEN_K, FMT)
         start = BLOCK_K
     for k0 in range(start, K, BLOCK_K):
-        w = _words(w_words, k0, K, row_mask, EVEN_K, C, FMT)
+        w = _words(w_rows, k0, K, row_mask, EVEN_K, C, FMT)
         w2 = w
         if PAIR:
-            w2 = _words(w2_words, k0, K, row_mask, EVEN_K, C, FMT)
+            w2 = _words(w2_rows, k0, K, row_mask, EVEN_K, C, FMT)
         acc, acc2, ss = _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N, BLOCK_K,
                               NORM, PAIR, EVEN_K, FMT)
     return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
 
 
 @triton.jit
-def _words(w_words, k0, K, row_mask, EVEN_K: tl.constexpr, C: tl.constexpr, FMT: tl.constexpr):
-    """The (BLOCK_N, C) weight words of the tile at k0, as stored."""
+def _words(w_rows, k0, K, row_mask, EVEN_K: tl.constexpr, C: tl.constexpr, FMT: tl.constexpr):
+    """The (BLOCK_N, C) weight words of the tile at k0 from the rows' first bytes w_rows: as stored, or for Q5_K and
+    Q6_K a pair of words (low nibbles', high nibbles') with the plane's bits merged in."""
     word = (k0 // 4 if FMT == 3 else k0 // 8) + tl.arange(0, C)
     mask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (word < (K // 4 if FMT == 3 else K // 8))[None, :]
-    return tl.load(w_words + word[None, :], mask=mask, other=0, eviction_policy="evict_first")
+    w = tl.load(w_rows.to(tl.pointer_type(tl.int32), bitcast=True) + word[None, :], mask=mask, other=0,
+                eviction_policy="evict_first")
+    if FMT < 7:
+        return w
+    plane = w_rows + K // 2  # one plane byte (Q5_K) or two (Q6_K) per nibble word
+    if FMT == 7:
+        h = tl.load(plane + word[None, :], mask=mask, other=0, eviction_policy="evict_first").to(tl.int32)
+    else:
+        h = tl.load(plane.to(tl.pointer_type(tl.int16), bitcast=True) + word[None, :], mask=mask, other=0,
+                    eviction_policy="evict_first").to(tl.int32) & 0xFFFF
+    return _merged(w, h, FMT)
+
+
+@triton.jit
+def _merged(w, h, FMT: tl.constexpr):
+    """Nibble words w and their plane bits h -> (low, high) words of whole 5-bit (Q5_K) or 6-bit (Q6_K) integers.
+    Q5_K: bit 2i of h is byte i's low weight's fifth bit, bit 2i + 1 its high one's; multiplying the four even
+    bits by 2^4 + 2^10 + 2^16 + 2^22 moves bit 2i to 8i + 4 (the other products land on other bits, which the
+    mask drops, and no two carry into a kept bit). Q6_K: bits 4i..4i+3 of h are byte i's (low, high) pairs of
+    fifth and sixth bits: spread to one nibble per byte, then shifted into place."""
+    lo, hi = w & 0x0F0F0F0F, (w >> 4) & 0x0F0F0F0F
+    if FMT == 7:
+        return lo | (((h & 0x55) * 0x410410) & 0x10101010), hi | ((((h >> 1) & 0x55) * 0x410410) & 0x10101010)
+    h = (h | (h << 8)) & 0x00FF00FF
+    h = (h | (h << 4)) & 0x0F0F0F0F
+    return lo | ((h & 0x03030303) << 4), hi | ((h & 0x0C0C0C0C) << 2)
 
 
 @triton.jit
@@ -113,7 +160,11 @@ def _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, k0, K, row_mask, acc, acc2, ss, BLO
     if FMT != 3:
         xb = tl.load(xq_ptr + xw + 4, mask=cmask, other=0)
     dx = tl.load(dx_ptr + bk, mask=bmask, other=0.0)
-    xs = tl.load(xs_ptr + bk, mask=bmask, other=0)
+    if FMT == 8:  # Q6_K scales each half of a block: the sums of the activations of each
+        xs = (tl.sum(tl.reshape(_byte_sums(xa), (NB, C // NB)), axis=1),
+              tl.sum(tl.reshape(_byte_sums(xb), (NB, C // NB)), axis=1))
+    else:
+        xs = tl.load(xs_ptr + bk, mask=bmask, other=0)
     if NORM:
         ss += tl.load(ss_ptr + bk, mask=bmask, other=0.0)
     acc += _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
@@ -125,16 +176,25 @@ def _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, k0, K, row_mask, acc, acc2, ss, BLO
 @triton.jit
 def _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constexpr, NB: tl.constexpr,
             C: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
-    """One tile's (BLOCK_N, NB) block products, scaled."""
-    if FMT == 3:
-        p = _q8_dot(w, tl.broadcast_to(xa[None, :], (BLOCK_N, C)))
-    else:
-        p = _q4_dot(w, tl.broadcast_to(xa[None, :], (BLOCK_N, C)), tl.broadcast_to(xb[None, :], (BLOCK_N, C)))
-    isum = tl.sum(tl.reshape(p, (BLOCK_N, NB, C // NB)), axis=2)
-    if FMT == 6:  # Q4_K: Q4_1's sums, with the scale d*sc and the min -dmin*m of each block's 6-bit pair
+    """One tile's (BLOCK_N, NB) block products, scaled; w a pair of words for Q5_K and Q6_K (_merged), xs the
+    blocks' activation sums (for Q6_K a pair: each half's)."""
+    xa, xb = tl.broadcast_to(xa[None, :], (BLOCK_N, C)), tl.broadcast_to(xb[None, :], (BLOCK_N, C))
+    if FMT >= 6:
         smask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (bk < K // 32)[None, :]
-        ds, _, m = k_scales(s_ptr, rows, bk, K, smask, FMT)
-        return (isum.to(tl.float32) * ds - m * xs.to(tl.float32)[None, :]) * dx[None, :]
+        s_lo, s_hi, m = k_scales(s_ptr, rows, bk, K, smask, FMT)
+    if FMT == 8:
+        lo = tl.sum(tl.reshape(_u8_dot(w[0], xa), (BLOCK_N, NB, C // NB)), axis=2) - 32 * xs[0][None, :]
+        hi = tl.sum(tl.reshape(_u8_dot(w[1], xb), (BLOCK_N, NB, C // NB)), axis=2) - 32 * xs[1][None, :]
+        return (lo.to(tl.float32) * s_lo + hi.to(tl.float32) * s_hi) * dx[None, :]
+    if FMT == 3:
+        p = _q8_dot(w, xa)
+    elif FMT == 7:
+        p = _u8_dot(w[0], xa) + _u8_dot(w[1], xb)
+    else:
+        p = _q4_dot(w, xa, xb)
+    isum = tl.sum(tl.reshape(p, (BLOCK_N, NB, C // NB)), axis=2)
+    if FMT >= 6:  # Q4_K, Q5_K: Q4_1's sums, with the scale d*sc and the min -dmin*m of each block's 6-bit pair
+        return (isum.to(tl.float32) * s_lo - m * xs.to(tl.float32)[None, :]) * dx[None, :]
     if FMT == 4:
         isum -= 8 * xs[None, :]
     scale_rows = s_ptr + rows[:, None].to(tl.int64) * (K // 32 * (2 if FMT == 5 else 1))  # Q4_1: (scale, min)

@@ -1,4 +1,4 @@
-"""A decode GEMV's input as int8 blocks, for Q8_0, Q4_0, Q4_1 and Q4_K weights (llama.cpp's Q8_1 activations).
+"""A decode GEMV's input as int8 blocks, for block-format weights (llama.cpp's Q8_1 activations).
 
     d = amax(|v|) / 127 per block of 32;  q = round(v / d);  v = x * g (RMSNorm's weight, when the op norms) or x
 

@@ -51,7 +51,7 @@ class BackendOps:
     # Every layer of one decode token at once, (model, x, pos) -> x after the last layer (persistent only); the
     # sparse FFN and tensor-parallel shards run the per-op kernels.
     layers: Callable | None = None
-    # The decode kernels take Q8_0, Q4_0, Q4_1 and Q4_K products' activations as int8 blocks (Weight.int8), as
+    # The decode kernels take block-format products' activations as int8 blocks (Weight.int8), as
     # llama.cpp's GEMVs do: 7B Q4_0 385 -> 471 tok/s on the H100 for KL 0.0033 on SmolLM2 (docs/quantized.md). The
     # reference ops compute in float, the oracle that equals transformers.
     int8: bool = False

@@ -228,7 +228,7 @@ class WeightFormat(str, Enum):
 QK = 32  # weights per block of the block formats
 K_QUANTS = ("q4_k", "q5_k", "q6_k")
 BLOCK_FORMATS = ("q8_0", "q4_0", "q4_1", *K_QUANTS)
-INT8_DOT = ("q8_0", "q4_0", "q4_1", "q4_k")  # a scale per 32 weights: their decode GEMVs take int8 activations
+INT8_DOT = BLOCK_FORMATS  # the formats whose decode GEMVs take int8 activations (kernels/gemv_int8.py)
 # int16 words of scales per 256-weight super-block: Q4_K and Q5_K d and dmin (fp16 bits), then one word per
 # 32-weight block of its 6-bit scale and min (scale | min << 8); Q6_K d, then one word per 32-weight block of its
 # two 16-weight halves' int8 scales (low half | high half << 8).

@@ -146,7 +146,7 @@ def dequantize_blocks(w: torch.Tensor, scale: torch.Tensor, fmt: WeightFormat) -
 
 def int8_blocks(x: torch.Tensor) -> torch.Tensor:
     """x rounded to int8 per block of 32 along its last axis with the scale amax / 127, in fp32 (q * scale): the
-    activations one token's product with a Q8_0, Q4_0, Q4_1 or Q4_K weight takes (config.Weight.int8_activations;
+    activations one token's product with a block-format weight takes (config.Weight.int8_activations;
     the kernels' kernels/quantize_activation.py)."""
     b = x.float().unflatten(-1, (-1, QK))
     amax = b.abs().amax(-1, keepdim=True)

@@ -136,15 +136,19 @@ def test_wv_in_its_own_format_stays_blocks_as_wqkv_s_tail(tmp_path):
     ref, int8_ref = (build(config, loaded, formats=formats) for _ in range(2))
     assert ref.layers[0].attention.qkv.shape == (config.qkv_dim, config.dim)
     pairs = [(dequantized(ref), ref)]  # (model, its oracle)
-    if not torch.cuda.is_available():  # the kernels' Q4_K products take int8 activations: so does their oracle
+    close = {pairs[0][0]: {"rtol": 1e-4, "atol": 1e-4}}
+    if not torch.cuda.is_available():  # the kernels' products take int8 activations: so does their oracle
         pairs.append((build(config, loaded, Backend.triton, formats=formats), int8_ref.set_int8_activations(True)))
+        # an activation within 1e-5 of a rounding tie (one at the third step) may round the other way in the
+        # kernel's fp32 than in the oracle's: one int8 step moves these logits by about 2e-4 of their size
+        close[pairs[1][0]] = {"rtol": 1e-3, "atol": 1e-3}
     for model in {m for pair in pairs for m in pair}:
         model.setup_cache(16)
     steps = [(torch.tensor([3, 200, 41]), 0, True), (torch.tensor([7]), 3, False), (torch.tensor([90]), 4, False)]
     for tokens, pos, all_logits in steps:  # a prompt, then decode steps
         for model, oracle in pairs:
             want = oracle(tokens, torch.tensor(pos), all_logits)
-            torch.testing.assert_close(model(tokens, torch.tensor(pos), all_logits), want, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(model(tokens, torch.tensor(pos), all_logits), want, **close[model])
     copy = block_copy(LoadedModel(ref, None, Backend.reference, "gguf", "m", 0.0, "q4_k"), WeightFormat.q8_0)
     assert not hasattr(copy.model.layers[0].attention, "wv")
     assert copy.model.layers[0].attention.wqkv.weight.shape == (config.qkv_dim, config.dim)

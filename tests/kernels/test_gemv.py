@@ -15,7 +15,7 @@ from llamafast.kernels import linear_residual, rmsnorm_lm_head, rmsnorm_swiglu
 from llamafast.measure.registry import REGISTRY
 from llamafast.quant import FP8Format
 
-from .common import BLOCK_CASES, BLOCK_DTYPES, BLOCK_SHAPES, BLOCKS, DEVICE, DTYPES, FP8, K_QUANTS, SHAPES, tolerance
+from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, K_QUANTS, SHAPES, tolerance
 
 GEMVS = [name for name, spec in REGISTRY.items() if spec.kernel in (linear_residual, rmsnorm_swiglu, rmsnorm_lm_head)]
 # The registry's kernels tested by their own modules: test_rmsnorm_qkv_rope, test_decode_attention, test_sparse_ffn.
@@ -48,11 +48,11 @@ def test_block_formats_match_reference(config, dtype, fmt, name):
     assert_matches_reference(REGISTRY[name], config, dtype, fmt)
 
 
-@pytest.mark.parametrize("fmt", BLOCKS, ids=str)
-def test_block_formats_with_float_activations(fmt):
-    """Weights whose products keep float activations (Weight.int8 unset: the reference backend's, a wqkv with a
-    K-quant tail's) take gemv_blocks.py's loop, which dequantizes each block in registers."""
-    assert_matches_reference(REGISTRY["linear_residual[w2]"], BLOCK_SHAPES[0].values[0], torch.float32, fmt, False)
+@pytest.mark.parametrize("config,fmt", [c for c in BLOCK_CASES if not c.marks])
+def test_block_formats_with_float_activations(config, fmt):
+    """Weights whose products keep float activations (Weight.int8 unset: the reference backend's) take
+    gemv_blocks.py's and gemv_kquants.py's loops, which dequantize each block in registers."""
+    assert_matches_reference(REGISTRY["linear_residual[w2]"], config, torch.float32, fmt, False)
 
 
 @pytest.mark.parametrize("fmt", K_QUANTS, ids=str)

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from llamafast.config import Weight, WeightFormat
+from llamafast.config import BLOCK_FORMATS, Weight, WeightFormat
 from llamafast.quant import int8_blocks
 
 from .common import DEVICE
@@ -58,10 +58,9 @@ def test_int8_blocks_error_is_within_half_a_step():
 
 
 @pytest.mark.parametrize(("fmt", "tail", "expected"), [
-    (WeightFormat.q8_0, None, True), (WeightFormat.q4_0, None, True), (WeightFormat.q4_1, None, True),
-    (WeightFormat.q4_0, WeightFormat.q8_0, True), (WeightFormat.q4_0, WeightFormat.q6_k, False),
-    (WeightFormat.q4_k, None, True), (WeightFormat.q4_k, WeightFormat.q6_k, False), (WeightFormat.q6_k, None, False),
-    (WeightFormat.float, None, False), (WeightFormat.fp8_e5m2, None, False),
+    *[(WeightFormat(f), None, True) for f in BLOCK_FORMATS],
+    (WeightFormat.q4_0, WeightFormat.q8_0, True), (WeightFormat.q4_k, WeightFormat.q6_k, True),
+    (WeightFormat.float, None, False), (WeightFormat.fp8_e5m2, None, False), (WeightFormat.fp8_e4m3, None, False),
 ])
 def test_which_weights_take_int8_activations(fmt, tail, expected):
     t = Weight(torch.zeros(2, 16, dtype=torch.uint8), None, tail) if tail is not None else None
