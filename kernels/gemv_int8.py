@@ -99,12 +99,12 @@ def dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, rows, row_mask, K, stride_wn,
         acc, acc2, ss = _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, 0, K, row_mask, acc, acc2, ss, BLOCK_N, BLOCK_K,
                               NORM, PAIR, EVEN_K, FMT)
         start = BLOCK_K
-    for k0 in range(start, K, BLOCK_K):
-        w = _words(w_rows, k0, K, row_mask, EVEN_K, C, FMT)
-        w2 = w
+    for k0 in range(start, K, BLOCK_K):  # its own names: the weight words are not carried from step to step
+        wk = _words(w_rows, k0, K, row_mask, EVEN_K, C, FMT)
+        wk2 = wk
         if PAIR:
-            w2 = _words(w2_rows, k0, K, row_mask, EVEN_K, C, FMT)
-        acc, acc2, ss = _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N, BLOCK_K,
+            wk2 = _words(w2_rows, k0, K, row_mask, EVEN_K, C, FMT)
+        acc, acc2, ss = _tile(wk, wk2, s_ptr, s2_ptr, rows, x_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N, BLOCK_K,
                               NORM, PAIR, EVEN_K, FMT)
     return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
 
@@ -117,15 +117,15 @@ def _words(w_rows, k0, K, row_mask, EVEN_K: tl.constexpr, C: tl.constexpr, FMT: 
     mask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (word < (K // 4 if FMT == 3 else K // 8))[None, :]
     w = tl.load(w_rows.to(tl.pointer_type(tl.int32), bitcast=True) + word[None, :], mask=mask, other=0,
                 eviction_policy="evict_first")
-    if FMT < 7:
-        return w
-    plane = w_rows + K // 2  # one plane byte (Q5_K) or two (Q6_K) per nibble word
-    if FMT == 7:
-        h = tl.load(plane + word[None, :], mask=mask, other=0, eviction_policy="evict_first").to(tl.int32)
-    else:
-        h = tl.load(plane.to(tl.pointer_type(tl.int16), bitcast=True) + word[None, :], mask=mask, other=0,
-                    eviction_policy="evict_first").to(tl.int32) & 0xFFFF
-    return _merged(w, h, FMT)
+    if FMT >= 7:  # one plane byte (Q5_K) or two (Q6_K) per nibble word
+        plane = w_rows + K // 2
+        if FMT == 7:
+            h = tl.load(plane + word[None, :], mask=mask, other=0, eviction_policy="evict_first").to(tl.int32)
+        else:
+            h = tl.load(plane.to(tl.pointer_type(tl.int16), bitcast=True) + word[None, :], mask=mask, other=0,
+                        eviction_policy="evict_first").to(tl.int32) & 0xFFFF
+        w = _merged(w, h, FMT)
+    return w
 
 
 @triton.jit
@@ -185,16 +185,22 @@ def _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constex
     if FMT == 8:
         lo = tl.sum(tl.reshape(_u8_dot(w[0], xa), (BLOCK_N, NB, C // NB)), axis=2) - 32 * xs[0][None, :]
         hi = tl.sum(tl.reshape(_u8_dot(w[1], xb), (BLOCK_N, NB, C // NB)), axis=2) - 32 * xs[1][None, :]
-        return (lo.to(tl.float32) * s_lo + hi.to(tl.float32) * s_hi) * dx[None, :]
-    if FMT == 3:
-        p = _q8_dot(w, xa)
-    elif FMT == 7:
-        p = _u8_dot(w[0], xa) + _u8_dot(w[1], xb)
+        part = (lo.to(tl.float32) * s_lo + hi.to(tl.float32) * s_hi) * dx[None, :]
+    elif FMT >= 6:  # Q4_K, Q5_K: Q4_1's sums, with the scale d*sc and the min -dmin*m of each block's 6-bit pair
+        p = _u8_dot(w[0], xa) + _u8_dot(w[1], xb) if FMT == 7 else _q4_dot(w, xa, xb)
+        isum = tl.sum(tl.reshape(p, (BLOCK_N, NB, C // NB)), axis=2)
+        part = (isum.to(tl.float32) * s_lo - m * xs.to(tl.float32)[None, :]) * dx[None, :]
     else:
-        p = _q4_dot(w, xa, xb)
+        part = _blocks_32(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
+    return part
+
+
+@triton.jit
+def _blocks_32(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constexpr, NB: tl.constexpr,
+               C: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
+    """_blocks for the formats with an fp16 scale per 32 weights: Q8_0, Q4_0, Q4_1."""
+    p = _q8_dot(w, xa) if FMT == 3 else _q4_dot(w, xa, xb)
     isum = tl.sum(tl.reshape(p, (BLOCK_N, NB, C // NB)), axis=2)
-    if FMT >= 6:  # Q4_K, Q5_K: Q4_1's sums, with the scale d*sc and the min -dmin*m of each block's 6-bit pair
-        return (isum.to(tl.float32) * s_lo - m * xs.to(tl.float32)[None, :]) * dx[None, :]
     if FMT == 4:
         isum -= 8 * xs[None, :]
     scale_rows = s_ptr + rows[:, None].to(tl.int64) * (K // 32 * (2 if FMT == 5 else 1))  # Q4_1: (scale, min)
