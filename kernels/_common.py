@@ -1,7 +1,6 @@
 """What every kernel file shares: the interpreter flag, host-side launch arithmetic, input checks, and the one
 place FP8 weights are decoded (the W_FP8 constexpr: 0 float, 1 E5M2, 2 E4M3, from llamafast.config.WeightFormat;
-3 Q8_0, 4 Q4_0 and 5 Q4_1 are the block formats, which gemv_blocks.py's loop decodes; 6-8 the K-quants,
-gemv_kquants.py's).
+3 Q8_0, 4 Q4_0 and 5 Q4_1 are the block formats of gemv_blocks.py; 6-8 the K-quants of gemv_kquants.py).
 """
 
 from __future__ import annotations

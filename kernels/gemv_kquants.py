@@ -1,10 +1,11 @@
-"""The decode GEMV's loop for GGUF's K-quants (gemv.dot_rows with W_FP8 6 Q4_K, 7 Q5_K, 8 Q6_K; layout in
-llamafast/quant_k.py and docs/quantized.md), dequantized in registers. Reference: llamafast.quant_k.dequantize_k.
+"""Reading GGUF's K-quants (W_FP8 6 Q4_K, 7 Q5_K, 8 Q6_K; layout in llamafast/quant_k.py and docs/quantized.md) in
+registers: each block's scales and min (gemv_int8.py's decode GEMVs), and the weights' integers as floats (the
+dequantizers). Reference: llamafast.quant_k.dequantize_k.
 
 Each row is its nibbles in Q4_0's order (byte j of a 32-weight block: weight j low, j + 16 high), then, for Q5_K and
 Q6_K, a plane of the bits above the nibble, then nothing: scales live in their own int16 words, per 256-weight
-super-block d (and dmin) then one word per 32-weight block. A block's products are summed, then scaled once: Q4_K and
-Q5_K d*sc * sum(q x) - dmin*m * sum(x), Q6_K d * (s_lo * sum over weights 0-15 + s_hi * over 16-31) of (q - 32) x.
+super-block d (and dmin) then one word per 32-weight block. Q4_K and Q5_K weights are d*sc * q - dmin*m, Q6_K's
+d * s * (q - 32) with s the int8 scale of their 16-weight half.
 """
 
 from __future__ import annotations
@@ -15,49 +16,9 @@ import triton.language as tl
 from llamafast.config import SCALE_WORDS
 
 from .gemv_blocks import nibble_floats
-from .gemv_tiles import activation
 
 _WORDS_Q6 = tl.constexpr(SCALE_WORDS["q6_k"])  # int16 scale words per 256-weight super-block
 _WORDS_Q45 = tl.constexpr(SCALE_WORDS["q4_k"])  # Q4_K's and Q5_K's
-
-
-@triton.jit
-def dot_kblocks(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K, stride_wn,
-                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
-                EVEN_K: tl.constexpr, FMT: tl.constexpr, PARTS: tl.constexpr):
-    """dot_rows for K-quant weights (BLOCK_K a multiple of 32): (W @ x, W2 @ x, sum(x^2)) in fp32."""
-    NB: tl.constexpr = BLOCK_K // 32
-    offs = rows[:, None].to(tl.int64) * stride_wn
-    acc, acc2 = tl.zeros((BLOCK_N, NB), dtype=tl.float32), tl.zeros((BLOCK_N, NB), dtype=tl.float32)
-    ss = tl.zeros((BLOCK_K // 2,), dtype=tl.float32)
-    c = tl.arange(0, BLOCK_K // 2)  # byte within the tile
-    low = (c // 16) * 32 + c % 16  # the weight its low nibble holds
-    kb = tl.arange(0, NB)
-    for k0 in range(0, K, BLOCK_K):
-        xl, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + low, K, NORM, EVEN_K, PARTS)
-        xh, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + low + 16, K, NORM, EVEN_K, PARTS)
-        xsum = tl.sum(tl.reshape(xl + xh, (NB, 16)), axis=1)  # each block's activations, for the mins
-        bk = k0 // 32 + kb
-        acc += _k_blocks(w_ptr + offs, s_ptr, rows, k0 // 2, bk, xl, xh, xsum, K, row_mask, EVEN_K, FMT, BLOCK_N,
-                         NB)
-        if PAIR:
-            acc2 += _k_blocks(w2_ptr + offs, s2_ptr, rows, k0 // 2, bk, xl, xh, xsum, K, row_mask, EVEN_K, FMT,
-                              BLOCK_N, NB)
-    return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
-
-
-@triton.jit
-def _k_blocks(row_ptrs, s_ptr, rows, b0, bk, xl, xh, xsum, K, row_mask, EVEN_K: tl.constexpr,
-              FMT: tl.constexpr, BLOCK_N: tl.constexpr, NB: tl.constexpr):
-    """A K-quant tile times x, (BLOCK_N, NB): one value per 32-weight block."""
-    lo, hi = k_floats(row_ptrs, b0, K, row_mask, EVEN_K, FMT, BLOCK_N, NB * 16)
-    part_lo = tl.sum(tl.reshape(lo * xl[None, :], (BLOCK_N, NB, 16)), axis=2)
-    part_hi = tl.sum(tl.reshape(hi * xh[None, :], (BLOCK_N, NB, 16)), axis=2)
-    smask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (bk < K // 32)[None, :]
-    s_lo, s_hi, m = k_scales(s_ptr, rows, bk, K, smask, FMT)
-    if FMT == 8:
-        return s_lo * part_lo + s_hi * part_hi
-    return s_lo * (part_lo + part_hi) - m * xsum[None, :]
 
 
 @triton.jit

@@ -228,7 +228,6 @@ class WeightFormat(str, Enum):
 QK = 32  # weights per block of the block formats
 K_QUANTS = ("q4_k", "q5_k", "q6_k")
 BLOCK_FORMATS = ("q8_0", "q4_0", "q4_1", *K_QUANTS)
-INT8_DOT = BLOCK_FORMATS  # the formats whose decode GEMVs take int8 activations (kernels/gemv_int8.py)
 # int16 words of scales per 256-weight super-block: Q4_K and Q5_K d and dmin (fp16 bits), then one word per
 # 32-weight block of its 6-bit scale and min (scale | min << 8); Q6_K d, then one word per 32-weight block of its
 # two 16-weight halves' int8 scales (low half | high half << 8).
@@ -259,8 +258,8 @@ class Weight:
     @property
     def int8_activations(self) -> bool:
         """Whether a one-token product with this weight takes the activations rounded to int8 per block of 32
-        (quant.int8_blocks), as llama.cpp's GEMVs of these formats do: asked for (int8), every part in INT8_DOT."""
-        return self.int8 and all(w.fmt.value in INT8_DOT for w in (self, self.tail) if w is not None)
+        (quant.int8_blocks), as llama.cpp's GEMVs of block formats do: asked for (int8), and a block format."""
+        return self.int8 and self.fmt.is_block
 
     @property
     def head(self) -> Weight:

@@ -5,12 +5,10 @@ kernels write into caches or keep state and have modules of their own."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
-from llamafast.config import ModelConfig, Weight
+from llamafast.config import ModelConfig
 from llamafast.kernels import linear_residual, rmsnorm_lm_head, rmsnorm_swiglu
 from llamafast.measure.registry import REGISTRY
 from llamafast.quant import FP8Format
@@ -22,13 +20,10 @@ GEMVS = [name for name, spec in REGISTRY.items() if spec.kernel in (linear_resid
 ELSEWHERE = {"rmsnorm_qkv_rope", "decode_attention", *(n for n in REGISTRY if n.startswith("sparse_ffn["))}
 
 
-def assert_matches_reference(spec, config: ModelConfig, dtype: torch.dtype, fp8: FP8Format | None,
-                             int8: bool = True) -> None:
-    """The kernel and its torch reference on the same inputs (FP8 weights too), within the dtype's tolerance;
-    int8=False: block weights' products keep float activations (Weight.int8)."""
+def assert_matches_reference(spec, config: ModelConfig, dtype: torch.dtype, fp8: FP8Format | None) -> None:
+    """The kernel and its torch reference on the same inputs (FP8 and block weights too), within the dtype's
+    tolerance."""
     args, kw = spec.make_inputs(config, dtype, DEVICE, 1, fp8)
-    if not int8:
-        args = [dataclasses.replace(a, int8=False) if isinstance(a, Weight) else a for a in args]
     torch.testing.assert_close(spec.kernel(*args, **kw), spec.reference(*args, **kw), **tolerance(dtype))
 
 
@@ -44,15 +39,8 @@ def test_matches_reference(config, dtype, fp8, name):
 @pytest.mark.parametrize("dtype", BLOCK_DTYPES, ids=str)
 @pytest.mark.parametrize("config,fmt", BLOCK_CASES)
 def test_block_formats_match_reference(config, dtype, fmt, name):
-    """Block weights dequantized in registers against the reference's dequantized blocks."""
+    """Block weights against int8 activations (gemv_int8.py) and the reference's model of that arithmetic."""
     assert_matches_reference(REGISTRY[name], config, dtype, fmt)
-
-
-@pytest.mark.parametrize("config,fmt", [c for c in BLOCK_CASES if not c.marks])
-def test_block_formats_with_float_activations(config, fmt):
-    """Weights whose products keep float activations (Weight.int8 unset: the reference backend's) take
-    gemv_blocks.py's and gemv_kquants.py's loops, which dequantize each block in registers."""
-    assert_matches_reference(REGISTRY["linear_residual[w2]"], config, torch.float32, fmt, False)
 
 
 @pytest.mark.parametrize("fmt", K_QUANTS, ids=str)

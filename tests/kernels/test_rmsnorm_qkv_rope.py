@@ -46,7 +46,7 @@ MIXED = [
 def test_v_rows_in_a_second_format_match_reference(config, dtype, fmt, v_fmt):
     (x, g, w, cos, sin, pos, k_cache, v_cache, eps), _ = SPEC.make_inputs(config, dtype, DEVICE, 7, None)
     head = weight(config.dim + config.kv_dim, config.dim, dtype, DEVICE, fmt)
-    mixed = Weight(head.data, head.scale, fmt, tail=weight(config.kv_dim, config.dim, dtype, DEVICE, v_fmt))
+    mixed = Weight(head.data, head.scale, fmt, tail=weight(config.kv_dim, config.dim, dtype, DEVICE, v_fmt), int8=True)
     assert mixed.shape == w.shape
     check_against_reference(config, dtype, 7, None, (x, g, mixed, cos, sin, pos, k_cache, v_cache, eps))
 
