@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from llamafast.measure.common import environment, now, random_prompt
+from llamafast.backends import with_backend
 from llamafast.config import Backend, ModelConfig, SamplingConfig
 from llamafast.generate import PREFILL_CHUNK, Engine
-from llamafast.backends import with_backend
 from llamafast.load import LoadedModel
+from llamafast.measure.common import environment, now, random_prompt
 
 WARMUP_S = 0.5
 
@@ -38,6 +38,7 @@ class PrefillResult:
     tp: int = 1  # tensor-parallel ranks
     tp_comm: str | None = None  # tensor parallel: how the ranks sum (tp/comm.py)
     vs_tp1: float | None = None  # tensor parallel: the TP=1 ttft (add_tp1 says which) / this ttft
+    weights: str | None = None  # the weights' format: "bfloat16", "fp8_e5m2", "q4_0", ... (LoadedModel.weights)
 
 
 @dataclass
@@ -117,7 +118,8 @@ def run_prefill_bench(
             median = times[len(times) // 2]
             report.results.append(PrefillResult(backend.value, n, median * 1e3, times[0] * 1e3, n / median,
                                                 prefill_flops(config, n) / median / 1e12, engine.prompts is not None,
-                                                tp=model.world, tp_comm=model.comm and model.comm.name.value))
+                                                tp=model.world, tp_comm=model.comm and model.comm.name.value,
+                                                weights=lm.weights))
         del engine, model
         if device.type == "cuda":
             torch.cuda.empty_cache()
