@@ -78,6 +78,15 @@ def time_prefill(engine: Engine, ids: list[int], reps: int) -> list[float]:
     return times
 
 
+def warmed_times(engine: Engine, ids: list[int], reps: int) -> list[float]:
+    """time_prefill's seconds of `reps` runs, sorted, after the warm-up runs _warming asks for."""
+    until, runs = now(engine.token.device) + WARMUP_S, 0
+    while _warming(engine.model, runs, until):  # a prompt graph is captured on its bucket's 2nd run
+        time_prefill(engine, ids, 1)
+        runs += 1
+    return sorted(time_prefill(engine, ids, reps))
+
+
 def _warming(model, runs: int, until: float) -> bool:
     """Whether another warm-up run is due: at least 3, and until WARMUP_S has passed. Under tensor parallelism the
     ranks decide together: every run is a collective, and a rank whose clock ran one more alone would leave the
@@ -110,11 +119,7 @@ def run_prefill_bench(
         engine = Engine(model, SamplingConfig(temperature=0), max(lengths) + 1, prefill_chunk=chunk,
                         prompt_graphs=graphs)
         for n, ids in prompts:
-            warm_until, warm_runs = now(device) + WARMUP_S, 0
-            while _warming(model, warm_runs, warm_until):  # a prompt graph is captured on its bucket's 2nd run
-                time_prefill(engine, ids, 1)
-                warm_runs += 1
-            times = sorted(time_prefill(engine, ids, reps))
+            times = warmed_times(engine, ids, reps)
             median = times[len(times) // 2]
             report.results.append(PrefillResult(backend.value, n, median * 1e3, times[0] * 1e3, n / median,
                                                 prefill_flops(config, n) / median / 1e12, engine.prompts is not None,

@@ -2,7 +2,7 @@
 each format named on the command line (default q8_0 q4_0 q4_k q6_k; q4_k_m too), each prompt pass run with the
 prefill matmuls dequantizing their weight tiles in registers (in-matmul) and with each layer's weights dequantized
 to bf16 scratch tensors just before its ops (scratch), alternated twice (A B A B) at each length. Time to first
-token as `bench prefill` takes it (llamafast.bench.prefill.time_prefill: ids on the host to the first token back,
+token as `bench prefill` takes it (llamafast.bench.prefill.warmed_times: ids on the host to the first token back,
 prompt graphs, chunks of generate.PREFILL_CHUNK, warm-up runs first); the LM head's decode launches are not tuned.
 backends.BLOCK_SCRATCH_ROWS decides between the paths; this sets it to force one. Each timed run gets a fresh model
 and Engine, so no prompt graph captured on one path is replayed on the other. First, per format, the two paths'
@@ -22,12 +22,12 @@ import torch
 
 from llamafast import backends
 from llamafast.backends import with_backend
-from llamafast.bench.prefill import WARMUP_S, time_prefill
+from llamafast.bench.prefill import warmed_times
 from llamafast.config import Backend, SamplingConfig, WeightFormat
 from llamafast.generate import Engine
 from llamafast.load import LoadedModel, block_copy, random_model
 from llamafast.load.blocks import MIXES
-from llamafast.measure.common import environment, now, random_prompt
+from llamafast.measure.common import environment, random_prompt
 
 PATHS = {"in-matmul": 1 << 30, "scratch": 0}  # BLOCK_SCRATCH_ROWS that forces each: no prompt reaches 2**30 rows
 DEFAULT = ["q8_0", "q4_0", "q4_k", "q6_k"]
@@ -57,16 +57,11 @@ def agreement(lm: LoadedModel, ids: list[int]) -> tuple[float, float]:
 
 
 def timed(lm: LoadedModel, ids: list[int], reps: int, cache_len: int) -> list[float]:
-    """Sorted seconds to first token of `reps` runs, after warm-up runs (at least 3 and WARMUP_S, as bench prefill
-    warms up: compilation, prompt graph capture)."""
+    """Sorted seconds to first token of `reps` runs, after bench prefill's warm-up runs (compilation, prompt graph
+    capture)."""
     model = with_backend(lm.model, Backend.triton)
     engine = Engine(model, SamplingConfig(temperature=0), cache_len)
-    device = model.tok_embeddings.weight.device
-    until, runs = now(device) + WARMUP_S, 0
-    while runs < 3 or now(device) < until:
-        time_prefill(engine, ids, 1)
-        runs += 1
-    times = sorted(time_prefill(engine, ids, reps))
+    times = warmed_times(engine, ids, reps)
     del engine, model
     torch.cuda.empty_cache()
     return times
