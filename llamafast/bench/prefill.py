@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from llamafast.measure.common import environment, now, random_prompt
+from llamafast.backends import with_backend
 from llamafast.config import Backend, ModelConfig, SamplingConfig
 from llamafast.generate import PREFILL_CHUNK, Engine
-from llamafast.backends import with_backend
 from llamafast.load import LoadedModel
+from llamafast.measure.common import environment, now, random_prompt
 
 WARMUP_S = 0.5
 
@@ -38,6 +38,7 @@ class PrefillResult:
     tp: int = 1  # tensor-parallel ranks
     tp_comm: str | None = None  # tensor parallel: how the ranks sum (tp/comm.py)
     vs_tp1: float | None = None  # tensor parallel: the TP=1 ttft (add_tp1 says which) / this ttft
+    weights: str | None = None  # the weights' format: "bfloat16", "fp8_e5m2", "q4_0", ... (LoadedModel.weights)
 
 
 @dataclass
@@ -77,6 +78,15 @@ def time_prefill(engine: Engine, ids: list[int], reps: int) -> list[float]:
     return times
 
 
+def warmed_times(engine: Engine, ids: list[int], reps: int) -> list[float]:
+    """time_prefill's seconds of `reps` runs, sorted, after the warm-up runs _warming asks for."""
+    until, runs = now(engine.token.device) + WARMUP_S, 0
+    while _warming(engine.model, runs, until):  # a prompt graph is captured on its bucket's 2nd run
+        time_prefill(engine, ids, 1)
+        runs += 1
+    return sorted(time_prefill(engine, ids, reps))
+
+
 def _warming(model, runs: int, until: float) -> bool:
     """Whether another warm-up run is due: at least 3, and until WARMUP_S has passed. Under tensor parallelism the
     ranks decide together: every run is a collective, and a rank whose clock ran one more alone would leave the
@@ -109,15 +119,12 @@ def run_prefill_bench(
         engine = Engine(model, SamplingConfig(temperature=0), max(lengths) + 1, prefill_chunk=chunk,
                         prompt_graphs=graphs)
         for n, ids in prompts:
-            warm_until, warm_runs = now(device) + WARMUP_S, 0
-            while _warming(model, warm_runs, warm_until):  # a prompt graph is captured on its bucket's 2nd run
-                time_prefill(engine, ids, 1)
-                warm_runs += 1
-            times = sorted(time_prefill(engine, ids, reps))
+            times = warmed_times(engine, ids, reps)
             median = times[len(times) // 2]
             report.results.append(PrefillResult(backend.value, n, median * 1e3, times[0] * 1e3, n / median,
                                                 prefill_flops(config, n) / median / 1e12, engine.prompts is not None,
-                                                tp=model.world, tp_comm=model.comm and model.comm.name.value))
+                                                tp=model.world, tp_comm=model.comm and model.comm.name.value,
+                                                weights=lm.weights))
         del engine, model
         if device.type == "cuda":
             torch.cuda.empty_cache()

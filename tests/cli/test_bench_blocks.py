@@ -81,6 +81,18 @@ def test_bench_times_each_copy_beside_the_float_weights(tiny):
     assert per_token[0] > per_token[1] > per_token[2] > per_token[3]  # q4_1's (scale, min) pairs: 2 bytes more a block
 
 
+def test_bench_prefill_times_each_copy_beside_the_float_weights(tiny):
+    prefill = ["bench", "prefill", "--random-weights", "--shape", "blocks-tiny", "--device", "cpu", "--backend",
+               "reference", "--prompt-lens", "3,5", "--reps", "1", "--json"]
+    r = runner.invoke(app, [*prefill, "--weights", "q8_0,q4_1", "--weights", "q4_0"])
+    assert r.exit_code == 0, r.stderr
+    rows = [(row["weights"], row["prompt_tokens"]) for row in json.loads(r.stdout)["results"]]
+    assert rows == [(w, n) for w in ("float32", "q8_0", "q4_1", "q4_0") for n in (3, 5)]
+    r = runner.invoke(app, [*prefill, "--weights", "q5_0"])
+    assert r.exit_code == 1 and r.stderr.strip() == "error: --weights: expected q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, " \
+        "q4_k_m, got 'q5_0'"
+
+
 def test_bench_times_the_copies_alone_where_the_float_model_cannot_fit(tiny, monkeypatch):
     weights = importlib.import_module("llamafast.load.weights")
     blocks = importlib.import_module("llamafast.load.blocks")
