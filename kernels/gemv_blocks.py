@@ -1,5 +1,6 @@
 """Reading Q8_0, Q4_0 and Q4_1 blocks (W_FP8 3-5; layout in docs/quantized.md) in registers: their fp16 scales
-(gemv_int8.py's decode GEMVs), and nibbles as floats (gemv_kquants.k_floats, for the dequantizers)."""
+(gemv_int8.py's decode GEMVs), and their integers as floats (the prompt matmuls' tiles, prefill/block_tiles.py,
+and the K-quants' k_floats)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def block_scales(scale_rows, kb, K, row_mask, EVEN_K: tl.constexpr, PAIRED: tl.c
 
 
 # Integers to floats without the conversion instruction, which runs at 16 per clock per SM on Hopper (a quarter of
-# the float rate) and capped float-activation Q4 GEMVs near 42% of copy bandwidth at 7B: one prmt per weight puts its byte under
+# the float rate) and capped float-activation Q4 decode GEMVs near 42% of copy bandwidth at 7B: one prmt per weight puts its byte under
 # the exponent of 2**23 (the float 2**23 + v), one sub.f32 takes that bias away, exactly; four weights share each
 # 32-bit register, so masks and shifts cost one instruction per four (Q8_0) or eight (Q4) weights. Inline PTX, so
 # the interpreter (no PTX) converts as usual: the same values.
@@ -28,9 +29,18 @@ def _placed(first: int, reg: str, bias: str) -> str:
 
 
 _ASM = tl.constexpr(not INTERPRET)
+_Q8_ASM = tl.constexpr("{ .reg .b32 t; xor.b32 t, $4, 0x80808080; " + _placed(0, "t", "0f4B000080") + " }")
 _NIBBLES = "{ .reg .b32 l, h; and.b32 l, $8, 0x0F0F0F0F; shr.u32 h, $8, 4; and.b32 h, h, 0x0F0F0F0F; "
 _Q4_0_ASM = tl.constexpr(_NIBBLES + _placed(0, "l", "0f4B000008") + _placed(4, "h", "0f4B000008") + " }")
 _Q4_1_ASM = tl.constexpr(_NIBBLES + _placed(0, "l", "0f4B000000") + _placed(4, "h", "0f4B000000") + " }")
+
+
+@triton.jit
+def int8_floats(w):
+    """An int8 tile as fp32."""
+    if _ASM:
+        return tl.inline_asm_elementwise(_Q8_ASM, "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True, pack=4)
+    return w.to(tl.float32)
 
 
 @triton.jit

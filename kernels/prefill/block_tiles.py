@@ -6,7 +6,7 @@ by row count: every row tile of the output dequantizes its weight tiles again).
 A Q4 tile's bytes hold weights b*32 + j (low nibble) and b*32 + 16 + j (high) of block b. The tile handed to tl.dot
 is put back in K order, so that the activation tile stays one contiguous load (TMA-able): the (BLOCK_N, NB, 16)
 low and high weights are joined to (BLOCK_N, NB, 16, 2), permuted to (BLOCK_N, NB, 2, 16) and flattened.
-The integers and scales come from the decode loops' helpers (gemv_blocks.py, gemv_kquants.py), as
+The integers and scales come from the block readers (gemv_blocks.py, gemv_kquants.py), as
 dequantize_blocks.py's scratch path reads them. Legend: NB blocks of 32 weights in a tile.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..gemv_blocks import _int8_floats, block_scales, nibble_floats
+from ..gemv_blocks import block_scales, int8_floats, nibble_floats
 from ..gemv_kquants import k_floats, k_scales
 
 
@@ -33,7 +33,7 @@ def block_tile(row_ptrs, s_ptr, cols, k0, N, K, EVEN_K: tl.constexpr, FMT: tl.co
         mask = col_ok[:, None] if EVEN_K else col_ok[:, None] & (k < K)[None, :]
         q = tl.load(row_ptrs + k[None, :], mask=mask, other=0)
         d = block_scales(s_ptr + cols[:, None].to(tl.int64) * (K // 32), kb, K, col_ok, EVEN_K, False, 0)
-        w = tl.reshape(_int8_floats(q), (BLOCK_N, NB, 32)) * d[:, :, None]
+        w = tl.reshape(int8_floats(q), (BLOCK_N, NB, 32)) * d[:, :, None]
     else:
         lo, hi = _nibble_weights(row_ptrs, s_ptr, cols, col_ok, kb, k0, K, EVEN_K, FMT, BLOCK_N, BLOCK_K)
         w = tl.permute(tl.join(lo, hi), (0, 1, 3, 2))  # (BLOCK_N, NB, 2, 16): K order
