@@ -1,6 +1,5 @@
 """Reading Q8_0, Q4_0 and Q4_1 blocks (W_FP8 3-5; layout in docs/quantized.md) in registers: their fp16 scales
-(gemv_int8.py's decode GEMVs), and their integers as floats (the prompt matmuls' tiles, prefill/block_tiles.py,
-and the K-quants' k_floats)."""
+(gemv_int8.py's decode GEMVs), and nibbles as floats (gemv_kquants.k_floats, for the dequantizers)."""
 
 from __future__ import annotations
 
@@ -29,18 +28,9 @@ def _placed(first: int, reg: str, bias: str) -> str:
 
 
 _ASM = tl.constexpr(not INTERPRET)
-_Q8_ASM = tl.constexpr("{ .reg .b32 t; xor.b32 t, $4, 0x80808080; " + _placed(0, "t", "0f4B000080") + " }")
 _NIBBLES = "{ .reg .b32 l, h; and.b32 l, $8, 0x0F0F0F0F; shr.u32 h, $8, 4; and.b32 h, h, 0x0F0F0F0F; "
 _Q4_0_ASM = tl.constexpr(_NIBBLES + _placed(0, "l", "0f4B000008") + _placed(4, "h", "0f4B000008") + " }")
 _Q4_1_ASM = tl.constexpr(_NIBBLES + _placed(0, "l", "0f4B000000") + _placed(4, "h", "0f4B000000") + " }")
-
-
-@triton.jit
-def int8_floats(w):
-    """An int8 tile as fp32."""
-    if _ASM:
-        return tl.inline_asm_elementwise(_Q8_ASM, "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True, pack=4)
-    return w.to(tl.float32)
 
 
 @triton.jit

@@ -118,29 +118,15 @@ def _persistent_layers(model: Transformer, x: torch.Tensor, pos: torch.Tensor, c
     return step[1](x, pos)
 
 
-# From this many prompt rows on, a layer's block weights are dequantized to a scratch tensor in the activation dtype
-# just before each prompt op (one more write and read of the weight per pass); below, the prefill matmuls
-# dequantize their tiles in registers (kernels/prefill/block_tiles.py), which every row tile of the output repeats.
-# Chosen by the measurement in scripts/experiments/prefill_blocks_ab.txt (512 and 4,000 tokens, H100, 7B).
-BLOCK_SCRATCH_ROWS = 2048
-
-
 def dense_blocks(op: Callable, dequantize: Callable = reference.dense) -> Callable:
-    """A prompt op that takes block-format weights: below BLOCK_SCRATCH_ROWS rows the op gets them as they are
-    (the kernels dequantize their tiles); from there on each is dequantized (kernels/dequantize_blocks.py on the
-    triton backend) to the activations' dtype just before the op runs, one layer's weight at a time, then the
-    float prompt kernel runs. A wqkv with a tail in another format (docs/quantized.md) is always dequantized: the
-    kernels read one format per weight. Float and FP8 weights pass through untouched."""
+    """A prompt op that takes block-format weights: each is dequantized (kernels/dequantize_blocks.py on the triton
+    backend) to the activations' dtype just before the op runs, one layer's weight at a time, then the float prompt
+    kernel runs; float and FP8 weights pass through untouched."""
     def run(x, *args, **kwargs):
-        scratch = x.shape[0] >= BLOCK_SCRATCH_ROWS  # read at each call, so that an A/B run can force either way
-        args = [Weight(dequantize(a, x.dtype)) if _to_scratch(a, scratch) else a for a in args]
+        args = [Weight(dequantize(a, x.dtype)) if isinstance(a, Weight) and a.fmt.is_block else a for a in args]
         return op(x, *args, **kwargs)
 
     return run
-
-
-def _to_scratch(a, scratch: bool) -> bool:
-    return isinstance(a, Weight) and a.fmt.is_block and (scratch or a.tail is not None)
 
 
 def build(

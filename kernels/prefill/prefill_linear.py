@@ -13,7 +13,7 @@ import torch
 
 from llamafast.config import Weight
 
-from .._common import check_rows, check_vector, check_weight
+from .._common import check_rows, check_vector
 from .rmsnorm_rows import rmsnorm_rows
 from .tiles import TileConfig, matmul
 
@@ -30,7 +30,7 @@ def prefill_linear_residual(x, w: Weight, residual, configs=None):
     """Same contract as llamafast.reference.linear_residual: x (M, K), residual (M, N) -> (M, N)."""
     m, k = x.shape
     check_rows("x", x, k)
-    check_weight("w", w, k)
+    check_rows("w", w.data, k)
     assert residual.shape == (m, w.shape[0]) and residual.is_contiguous(), "residual: (M, N) contiguous"
     out = torch.empty_like(residual)
     matmul(x, w, residual, out, configs or CONFIGS)
@@ -42,7 +42,7 @@ def prefill_lm_head(x, norm_w, w: Weight, eps, configs=None):
     m, c = x.shape
     check_rows("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_weight("w", w, c)
+    check_rows("w", w.data, c)
     out = torch.empty((m, w.shape[0]), device=x.device, dtype=torch.float32)
     matmul(rmsnorm_rows(x, norm_w, eps), w, None, out, configs or CONFIGS)
     return out

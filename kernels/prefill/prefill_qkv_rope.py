@@ -21,7 +21,7 @@ import triton.language as tl
 
 from llamafast.config import Weight
 
-from .._common import check_rows, check_vector, check_weight, next_pow2
+from .._common import check_rows, check_vector, next_pow2
 from .launcher import Launcher
 from .rmsnorm_rows import rmsnorm_rows
 from .tiles import TileConfig, matmul
@@ -81,7 +81,7 @@ def prefill_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     qd, kvd = n - 2 * kvh * d, kvh * d
     check_rows("x", x, c)
     check_vector("norm_w", norm_w, c)
-    check_weight("wqkv", wqkv, c)
+    check_rows("wqkv", wqkv.data, c)
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "k and v caches: same layout, D contiguous"
     assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
     qkv = torch.empty((m, n), device=x.device, dtype=x.dtype)

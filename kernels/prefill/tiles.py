@@ -4,8 +4,7 @@ A prompt of M tokens turns every projection into a real matmul, (M, K) @ W.T wit
 layout, so these kernels use tensor cores (tl.dot) on (BLOCK_M, BLOCK_N) output tiles, where the decode
 kernels (gemv.py) reduce with FMAs. Unlike decode, RMSNorm is a row pre-pass here (rmsnorm_rows.py says why);
 RoPE, SiLU * up, residual adds and the cache writes are fused into the epilogues.
-FP8 weights (int8 bit patterns) are bitcast and converted to the activation dtype in the tile load; block-format
-weights (GGUF's) are dequantized tile by tile in registers (block_tiles.py), with pointer loads.
+FP8 weights (int8 bit patterns) are bitcast and converted to the activation dtype in the tile load.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import triton.language as tl
 from llamafast.config import Weight
 
 from .._common import INTERPRET, cdiv, decode_weights, dot_dim, scale_arg, w_fp8
-from .block_tiles import block_tile
 from .launcher import Launcher
 
 
@@ -40,8 +38,7 @@ def tile_offsets(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl
 
 @triton.jit
 def dot_tiles(
-    a_ptr, stride_am,  # activations (M, K)
-    w_ptr, w2_ptr, s_ptr, s2_ptr, stride_wn,  # weights (N, K) and their block scales; w2 and s2 read only when PAIR
+    a_ptr, stride_am, w_ptr, w2_ptr, stride_wn,  # activations (M, K); weights (N, K), w2 read only when PAIR
     off_m, off_n, M, N, K,  # the tile's first row and column
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PAIR: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, FP32: tl.constexpr, TMA: tl.constexpr,
@@ -66,8 +63,7 @@ def dot_tiles(
         rows, cols = off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
         k = tl.arange(0, BLOCK_K)
         a_ptrs = a_ptr + rows[:, None].to(tl.int64) * stride_am + k[None, :]
-        w_rows = cols[:, None].to(tl.int64) * stride_wn
-        w_offs = w_rows + k[None, :]
+        w_offs = cols[:, None].to(tl.int64) * stride_wn + k[None, :]
         row_mask, col_mask = (rows < M)[:, None], (cols < N)[:, None]
         for k0 in range(0, K, BLOCK_K):
             if EVEN_K:
@@ -75,17 +71,10 @@ def dot_tiles(
             else:
                 a = tl.load(a_ptrs + k0, mask=row_mask & (k0 + k < K)[None, :], other=0.0)
             dtype = a_ptr.dtype.element_ty
-            if W_FP8 >= 3:  # block formats, dequantized tile by tile (block_tiles.py)
-                w = block_tile(w_ptr + w_rows, s_ptr, cols, k0, N, K, EVEN_K, W_FP8, BLOCK_N, BLOCK_K).to(dtype)
-                acc = _dot(a, w, acc, FP32)
-                if PAIR:
-                    w2 = block_tile(w2_ptr + w_rows, s2_ptr, cols, k0, N, K, EVEN_K, W_FP8, BLOCK_N, BLOCK_K)
-                    acc2 = _dot(a, w2.to(dtype), acc2, FP32)
-            else:
-                acc = _dot(a, _weight_tile(w_ptr + w_offs + k0, k0 + k, K, col_mask, EVEN_K, W_FP8, dtype), acc, FP32)
-                if PAIR:
-                    w2 = _weight_tile(w2_ptr + w_offs + k0, k0 + k, K, col_mask, EVEN_K, W_FP8, dtype)
-                    acc2 = _dot(a, w2, acc2, FP32)
+            acc = _dot(a, _weight_tile(w_ptr + w_offs + k0, k0 + k, K, col_mask, EVEN_K, W_FP8, dtype), acc, FP32)
+            if PAIR:
+                w2 = _weight_tile(w2_ptr + w_offs + k0, k0 + k, K, col_mask, EVEN_K, W_FP8, dtype)
+                acc2 = _dot(a, w2, acc2, FP32)
     return acc, acc2
 
 
@@ -203,13 +192,13 @@ def launch(cfg: TileConfig, m: int, n: int) -> dict:
 
 @triton.jit
 def _prefill_linear_kernel(
-    x_ptr, w_ptr, s_ptr, res_ptr, out_ptr,  # x (M, K), W (N, K), E4M3 or block scales, residual and out (M, N)
+    x_ptr, w_ptr, s_ptr, res_ptr, out_ptr,  # x (M, K), W (N, K), E4M3 scales (N,), residual and out (M, N)
     M, N, K, stride_xm, stride_wn,
     RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, FP32: tl.constexpr, TMA: tl.constexpr,
 ):
     off_m, off_n = tile_offsets(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc, _ = dot_tiles(x_ptr, stride_xm, w_ptr, w_ptr, s_ptr, s_ptr, stride_wn, off_m, off_n, M, N, K,
+    acc, _ = dot_tiles(x_ptr, stride_xm, w_ptr, w_ptr, stride_wn, off_m, off_n, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, False, EVEN_K, W_FP8, FP32, TMA)
     rows, cols = off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
     acc = row_scale(acc, s_ptr, cols, N, W_FP8)
@@ -227,7 +216,6 @@ def matmul(x, w: Weight, residual, out, configs: dict[int, TileConfig]) -> None:
     """out = x @ w.T (+ residual): the tiled loop with a plain epilogue, launched from the table `configs`."""
     (m, k), n = x.shape, w.shape[0]
     cfg = tile_config(configs, m, k, x.element_size())
-    assert not w.fmt.is_block or cfg.block_k % 32 == 0, "block weights: BLOCK_K a multiple of 32"
     run = launch(cfg, m, n)
     (a, wt), tma = operands(x, [w.data], cfg)
     _LINEAR[run["grid"]](

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from llamafast import backends, reference
+from llamafast import reference
 from llamafast.backends import build
 from llamafast.config import Backend, SamplingConfig, Weight, WeightFormat
 from llamafast.errors import LlamafastError
@@ -17,7 +17,6 @@ from llamafast.formats import open_checkpoint
 from llamafast.generate import Engine, stream_tokens
 from llamafast.load import LoadedModel, block_copy, load_model
 from llamafast.load.weights import block_formats, load_state
-from llamafast.quant import quantize_blocks
 
 from ..formats import meta_state
 from .gguf_files import write_gguf
@@ -76,10 +75,7 @@ def test_smollm2_q4_1_on_gpu_equals_dequantized():
 
 
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1"])
-def test_written_gguf_keeps_blocks_and_matches_dequantized(tmp_path, monkeypatch, kind):
-    """The reference backend on the blocks gives the dequantized file's logits; so does the triton backend's prompt
-    pass (Triton's interpreter on the CPU) on either side of backends.BLOCK_SCRATCH_ROWS: its matmuls dequantizing
-    their tiles below, the weights dequantized to scratch tensors before its ops from there on."""
+def test_written_gguf_keeps_blocks_and_matches_dequantized(tmp_path, kind):
     state = meta_state(SMALL)
     write_gguf(tmp_path / "m.gguf", SMALL, state, kind)
     ckpt = open_checkpoint(tmp_path / "m.gguf")
@@ -89,32 +85,12 @@ def test_written_gguf_keeps_blocks_and_matches_dequantized(tmp_path, monkeypatch
     ours = build(SMALL, loaded, formats=formats)
     theirs = dequantized(ours)
     # the reference backend, the oracle, keeps float activations; the triton backend's decode rounds them to int8
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the interpreter on the CPU
-    fused = build(SMALL, {name: t.to(device) for name, t in loaded.items()}, Backend.triton, formats=formats)
+    fused = build(SMALL, loaded, Backend.triton, formats=formats)
     assert not ours.layers[1].attention.qkv.int8_activations and fused.layers[1].attention.qkv.int8_activations
     tokens, pos = torch.tensor([0, 5, 17, 300, 42, 9]), torch.zeros((), dtype=torch.long)
     for model in (ours, theirs):
         model.setup_cache(16)
-    want = theirs(tokens, pos, True)
-    assert torch.equal(ours(tokens, pos, True), want)
-    for rows in (len(tokens) + 1, len(tokens)):  # in the matmuls, then from scratch tensors
-        monkeypatch.setattr(backends, "BLOCK_SCRATCH_ROWS", rows)
-        fused.setup_cache(16)
-        got = fused(tokens.to(device), pos.to(device), True)
-        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
-
-
-def test_prompt_ops_take_blocks_below_block_scratch_rows(monkeypatch):
-    """backends.dense_blocks hands a prompt op its block weights as they are below BLOCK_SCRATCH_ROWS rows and
-    dequantized from there on; a wqkv with a tail in another format always dequantized, float weights never."""
-    monkeypatch.setattr(backends, "BLOCK_SCRATCH_ROWS", 4)
-    seen = []
-    op = backends.dense_blocks(lambda x, *ws: seen.append([w.fmt.value for w in ws]))
-    q4_0, q6_k = (Weight(*quantize_blocks(torch.randn(8, 256), f), f) for f in (WeightFormat.q4_0, WeightFormat.q6_k))
-    tailed = dataclasses.replace(q4_0, tail=q6_k)
-    for rows in (3, 4):
-        op(torch.zeros(rows, 256), q4_0, tailed, Weight(torch.zeros(8, 256)))
-    assert seen == [["q4_0", "float", "float"], ["float", "float", "float"]]
+    assert torch.equal(ours(tokens, pos, True), theirs(tokens, pos, True))
 
 
 def test_k_quants_mixed_per_tensor_on_the_triton_interpreter(tmp_path):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from llamafast.kernels import prefill_qkv_rope
-from llamafast.kernels.prefill.tiles import HOST_DESCRIPTOR_ROWS, TMA_MIN_ROWS
 
 from llamafast.bench.prefill_registry import PREFILL
 from llamafast.quant import FP8Format
+
+from llamafast.kernels.prefill.tiles import HOST_DESCRIPTOR_ROWS, TMA_MIN_ROWS
 
 from .common import DEVICE, DOT_DTYPES, FP8, SHAPES, tolerance
 
@@ -33,20 +33,6 @@ def prefill_tolerance(name: str, dtype: torch.dtype, fp8: FP8Format | None) -> d
     return {key: slack * value for key, value in tolerance(dtype).items()}
 
 
-def assert_matches(kernel, reference, args, kw: dict, tol: dict) -> None:
-    """kernel(*args, **kw) against reference on the same inputs; prefill_qkv_rope writes the caches args[6:8],
-    so the reference gets copies of its own, and the caches are compared too (positions pos.. written, the rest
-    untouched)."""
-    ref_args = list(args)
-    qkv = kernel is prefill_qkv_rope
-    if qkv:
-        ref_args[6:8] = [t.clone() for t in args[6:8]]
-    torch.testing.assert_close(kernel(*args, **kw), reference(*ref_args, **kw), **tol)
-    if qkv:
-        torch.testing.assert_close(args[6], ref_args[6], **tol)
-        torch.testing.assert_close(args[7], ref_args[7], **tol)
-
-
 @pytest.mark.parametrize("fp8", FP8, ids=str)
 @pytest.mark.parametrize("dtype", DOT_DTYPES, ids=str)
 @pytest.mark.parametrize("config", SHAPES)
@@ -64,8 +50,14 @@ def test_matmul_matches_reference(name, config, dtype, fp8):
 @pytest.mark.parametrize("m,pos", LENGTHS)
 def test_qkv_rope_matches_reference(config, dtype, m, pos, fp8):
     spec = PREFILL["prefill_qkv_rope"]
-    args, kw = spec.make_inputs(config, dtype, DEVICE, m, pos, fp8)
-    assert_matches(spec.kernel, spec.reference, args, kw, prefill_tolerance(spec.name, dtype, fp8))
+    (x, g, w, cos, sin, position, k_cache, v_cache, eps), kw = spec.make_inputs(config, dtype, DEVICE, m, pos, fp8)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    q_ref = spec.reference(x, g, w, cos, sin, position, k_ref, v_ref, eps, **kw)
+    q = spec.kernel(x, g, w, cos, sin, position, k_cache, v_cache, eps, **kw)
+    tol = prefill_tolerance(spec.name, dtype, fp8)
+    torch.testing.assert_close(q, q_ref, **tol)
+    torch.testing.assert_close(k_cache, k_ref, **tol)  # positions pos.. written, the rest untouched
+    torch.testing.assert_close(v_cache, v_ref, **tol)
 
 
 @pytest.mark.gpu
@@ -79,7 +71,15 @@ def test_tma_rows(name, m, config, dtype):
     edge, and K not a multiple of BLOCK_K for the odd shape."""
     spec = PREFILL[name]
     args, kw = spec.make_inputs(config, dtype, DEVICE, m, 5, None)
-    assert_matches(spec.kernel, spec.reference, args, kw, prefill_tolerance(name, dtype, None))
+    if name == "prefill_qkv_rope":
+        ref_caches = [t.clone() for t in args[6:8]]
+        ref_args = (*args[:6], *ref_caches, args[8])
+        torch.testing.assert_close(spec.kernel(*args, **kw), spec.reference(*ref_args, **kw), **tolerance(dtype))
+        torch.testing.assert_close(args[6], ref_caches[0], **tolerance(dtype))
+        torch.testing.assert_close(args[7], ref_caches[1], **tolerance(dtype))
+        return
+    got, want = spec.kernel(*args, **kw), spec.reference(*args, **kw)
+    torch.testing.assert_close(got, want, **prefill_tolerance(name, dtype, None))
 
 
 def test_qkv_rope_writes_only_the_chunk(tiny_config):
