@@ -38,6 +38,15 @@ def _load_acquire_sys(ptr):
 
 
 @triton.jit
+def fence_sys(x):
+    """fence.acq_rel.sys in every thread (x: any int32 scalar, an operand for the asm); none in the interpreter,
+    which runs one program at a time."""
+    if _ON_GPU:
+        tl.inline_asm_elementwise("fence.acq_rel.sys;\n\tmov.u32 $0, $1;", "=r,r", [x], dtype=tl.int32,
+                                  is_pure=False, pack=1)
+
+
+@triton.jit
 def wait_arrivals(flag_ptr, n):
     """Blocks until *flag_ptr >= n, a flag that the ranks of a tensor-parallel run raise (tp_sync.py). Every poll
     is an acquire load, so no atomic is added to the line that the peers write: a program's atomic per wait, with

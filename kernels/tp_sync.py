@@ -37,7 +37,7 @@ import triton.language as tl
 from llamafast.config import Weight
 
 from ._common import cdiv, check_rows, check_vector, scale_arg
-from .counters import wait_arrivals
+from .counters import fence_sys, wait_arrivals
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
 from .linear_residual import CONFIGS as LINEAR_CONFIGS
 
@@ -59,6 +59,8 @@ class Peers:
     counters: torch.Tensor
     logits_table: torch.Tensor | None = None  # (N,) int64: each rank's (V,) fp32 logits, vocabulary sharded
     logits: torch.Tensor | None = None
+    fence: int = 1  # signal_peers' FENCE
+    grid_wait: bool = False  # consumers under PDL also wait for the producer's grid (gemv.dot_rows' GRID_WAIT)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class SummedInput:
     parts: torch.Tensor
     flag: torch.Tensor
     summed: torch.Tensor
+    grid_wait: bool = False
 
     @property
     def shape(self) -> torch.Size:
@@ -80,7 +83,8 @@ def consumer_args(x) -> tuple[torch.Tensor, dict]:
     """(the tensor to check shapes against, the kernel arguments that make a consumer add the parts)."""
     if not hasattr(x, "summed"):  # duck-typed: kernels/ is importable as llamafast.kernels and as kernels
         return x, {}
-    return x.residual, {"p_ptr": x.parts, "xo_ptr": x.summed, "f_ptr": x.flag, "PARTS": x.parts.shape[0]}
+    return x.residual, {"p_ptr": x.parts, "xo_ptr": x.summed, "f_ptr": x.flag, "PARTS": x.parts.shape[0],
+                        "GRID_WAIT": x.grid_wait}
 
 
 @triton.jit
@@ -102,18 +106,26 @@ def push_rows(values, rows, mask, table_ptr, offset, WORLD: tl.constexpr):
 
 
 @triton.jit
-def signal_peers(counter_ptr, flags_table, flag_offset, WORLD: tl.constexpr):
+def signal_peers(counter_ptr, flags_table, flag_offset, WORLD: tl.constexpr, FENCE: tl.constexpr = 0):
     """After this program's pushes: the rank's last program raises the slot's flag on every rank. Each program
     takes an acq_rel ticket at GPU scope (its stores ordered before it); the last one fences once at system scope,
-    which makes every program's remote stores visible before its releases on the peers' flags."""
+    which makes every program's remote stores visible before its releases on the peers' flags. FENCE 0: the fence
+    is an acq_rel atomic at system scope and each flag's increment a release; 1: one fence.acq_rel.sys, then
+    relaxed increments (PTX's release pattern: a fence, then a strong write)."""
     tl.debug_barrier()
     ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
     if ticket == tl.num_programs(0) - 1:
-        tl.atomic_add(counter_ptr, 0, sem="acq_rel", scope="sys")  # the system-scope fence, once
+        if FENCE == 0:
+            tl.atomic_add(counter_ptr, 0, sem="acq_rel", scope="sys")  # the system-scope fence, once
+        else:
+            fence_sys(ticket)
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
         for r in tl.static_range(WORLD):
             flags = tl.load(flags_table + r).to(tl.pointer_type(tl.int32))
-            tl.atomic_add(flags + flag_offset, 1, sem="release", scope="sys")
+            if FENCE == 0:
+                tl.atomic_add(flags + flag_offset, 1, sem="release", scope="sys")
+            else:
+                tl.atomic_add(flags + flag_offset, 1, sem="relaxed", scope="sys")
 
 
 @triton.jit
@@ -121,7 +133,7 @@ def _push_linear_kernel(
     x_ptr, w_ptr, s_ptr, table_ptr, flags_table, counter_ptr,  # x (K,), W (N, K), E4M3 scales (N,)
     N, K, stride_wn, offset, flag_offset,  # rows go to offset + row in each rank's parts buffer
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, WORLD: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, FENCE: tl.constexpr = 0,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
@@ -130,7 +142,7 @@ def _push_linear_kernel(
         PDL=PDL,
     )
     push_rows(acc, rows, mask, table_ptr, offset, WORLD)
-    signal_peers(counter_ptr, flags_table, flag_offset, WORLD)
+    signal_peers(counter_ptr, flags_table, flag_offset, WORLD, FENCE)
 
 
 @triton.jit
@@ -151,9 +163,9 @@ def push_linear(x: torch.Tensor, w: Weight, peers: Peers, slot: int, residual, c
     _push_linear_kernel[(cdiv(n, cfg.block_n),)](
         x, w.data, scale_arg(w), peers.parts_table, peers.flags_table, peers.counters[slot:],
         n, k, w.data.stride(0), (slot * peers.world + peers.rank) * c, slot * 2,
-        WORLD=peers.world, **launch_args(cfg, w, pdl=True),
+        WORLD=peers.world, FENCE=peers.fence, **launch_args(cfg, w, pdl=True),
     )
-    return SummedInput(residual, peers.parts[slot], peers.flags[slot], torch.empty_like(residual))
+    return SummedInput(residual, peers.parts[slot], peers.flags[slot], torch.empty_like(residual), peers.grid_wait)
 
 
 def wait_logits(peers: Peers, slot: int) -> torch.Tensor:

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The two-GPU check of tensor parallel, in one run of at most 9.5 minutes on a machine of two GPUs: first what
+# checks (the sync kernels' GPU tests, stories260K's greedy tokens at TP=2 with each --tp-comm), then what times:
+# scripts/profile_tp.py's per-point costs of every signalling variant at 7B, `bench` under torchrun at 7B, 13B and
+# (where a GPU holds its 69 GB shard) 70B with TP=2 symm beside nccl and TP=1, and time to first token at 4,000
+# tokens. A step that would not end inside the budget is skipped and says so. Writes each step's raw output into
+# OUTDIR and a summary.md of the figures.
+#   bash scripts/tp_check.sh OUTDIR [BUDGET_S]
+# Needs .whl/ beside the checkout as scripts/gpu_check.sh does (the gguf wheel).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: tp_check.sh OUTDIR [BUDGET_S]}
+budget=${2:-570}
+mkdir -p "$out"
+. scripts/gpu_env.sh || exit 1
+export OMP_NUM_THREADS=1
+tr="python3 -m torch.distributed.run --standalone --nproc-per-node 2"
+
+# step NAME SECONDS COMMAND...: runs COMMAND with at most SECONDS, if that much of the budget is left.
+step() {
+  local name=$1 limit=$2 left=$((budget - SECONDS))
+  shift 2
+  if [ "$left" -lt "$limit" ]; then
+    echo "== $name: skipped, ${left} s of the budget left, it needs ${limit} s" | tee -a "$out/log.txt"
+    return
+  fi
+  echo "== $name ($(date +%T))" | tee -a "$out/log.txt"
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+  echo "== $name: exit $?, $((SECONDS - t0)) s" | tee -a "$out/log.txt"
+}
+
+{ nvidia-smi -L; nvidia-smi topo -m; git rev-parse HEAD 2>/dev/null; } > "$out/machine.txt" 2>&1
+mem_gb=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).total_memory // 2**30)")
+
+step tests_sync 60 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/kernels/test_tp_sync.py
+step tests_greedy 90 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/tp/test_tp_run.py \
+  -k test_stories_tp2_greedy_on_gpus
+step profile_7b 150 $tr scripts/profile_tp.py --shape llama-2-7b --out "$out/profile_7b.json"
+step bench_7b 100 $tr -m llamafast bench --random-weights --shape llama-2-7b --new-tokens 256 \
+  --out "$out/tp2_7b.json"
+step bench_13b 120 $tr -m llamafast bench --random-weights --shape llama-2-13b --new-tokens 256 \
+  --out "$out/tp2_13b.json"
+if [ "$mem_gb" -ge 100 ]; then
+  step bench_70b 170 $tr -m llamafast bench --random-weights --shape llama-2-70b --new-tokens 128 \
+    --out "$out/tp2_70b.json"
+else
+  echo "== bench_70b: skipped, ${mem_gb} GiB per GPU holds no 69 GB shard with its cache" | tee -a "$out/log.txt"
+fi
+step prefill_7b 100 $tr -m llamafast bench --random-weights --shape llama-2-7b --prefill --prompt-lens 4000 \
+  --reps 5 --backend triton --out "$out/tp2_prefill_7b.json"
+
+# The figures, one line each, last in the output.
+python3 - "$out" <<'EOF' | tee "$out/summary.md"
+import json, sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+print(f"# Two-GPU check\n\n{(out / 'machine.txt').read_text().splitlines()[0]}\n")
+for line in (out / "log.txt").read_text().splitlines():
+    print(f"    {line}")
+for name in ("tests_sync", "tests_greedy"):
+    path = out / f"{name}.txt"
+    if path.is_file():
+        tail = [s for s in path.read_text().splitlines() if s.strip()]
+        print(f"- {name}: {tail[-1] if tail else 'no output'}")
+path = out / "profile_7b.json"
+if path.is_file():
+    for s in json.loads(path.read_text())["steps"]:
+        extra = "".join(f", {k} {v:.2f}" for k, v in s.items() if k in ("us_per_point", "drift_us_per_point"))
+        print(f"- profile 7B {s['variant']}: {s['ms_per_token']:.3f} ms/token{extra}")
+for shape in ("7b", "13b", "70b"):
+    path = out / f"tp2_{shape}.json"
+    if path.is_file():
+        for r in json.loads(path.read_text())["results"]:
+            tp = f"{r.get('tp', 1)} {r.get('tp_comm') or ''}".strip()
+            vs = r.get("vs_tp1")
+            print(f"- {shape} TP={tp}: {r['decode_tokens_per_s']:.1f} tok/s, {r['decode_ms_per_token']:.3f} ms/token, "
+                  f"{100 * r['fraction_of_copy_bw']:.1f}% of copy BW, vs TP=1 {vs and round(vs, 2)}")
+path = out / "tp2_prefill_7b.json"
+if path.is_file():
+    for r in json.loads(path.read_text())["results"]:
+        print(f"- prefill 7B {r['prompt_tokens']} TP={r.get('tp', 1)} {r.get('tp_comm') or ''}: "
+              f"ttft {r['ttft_ms']:.2f} ms, vs TP=1 {r.get('vs_tp1') and round(r['vs_tp1'], 2)}")
+EOF
