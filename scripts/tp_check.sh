@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The two-GPU check of tensor parallel, in one run of at most 9.5 minutes on a machine of two GPUs: first what
-# checks (the sync kernels' GPU tests, stories260K's greedy tokens at TP=2 with each --tp-comm), then what times:
-# scripts/profile_tp.py's per-point costs of every signalling variant at 7B, `bench` under torchrun at 7B, 13B and
-# (where a GPU holds its 69 GB shard) 70B with TP=2 symm beside nccl and TP=1, and time to first token at 4,000
-# tokens. A step that would not end inside the budget is skipped and says so. Writes each step's raw output into
+# checks (the sync kernels' GPU tests; stories260K's greedy tokens and 7B's logits at TP=2 with symm against TP=1),
+# then what times: scripts/profile_tp.py's per-point costs of every signalling variant at 7B, `bench` under
+# torchrun at 7B, 70B (where a GPU holds its 69 GB shard) and 13B with TP=2 symm beside nccl and TP=1, and time
+# to first token at 4,000 tokens. A step that would not end inside the budget is skipped and says so. Writes each step's raw output into
 # OUTDIR and a summary.md of the figures.
 #   bash scripts/tp_check.sh OUTDIR [BUDGET_S]
 # Needs .whl/ beside the checkout as scripts/gpu_check.sh does (the gguf wheel).
@@ -34,19 +34,18 @@ step() {
 mem_gb=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).total_memory // 2**30)")
 
 step tests_sync 60 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/kernels/test_tp_sync.py
-step tests_greedy 90 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/tp/test_tp_run.py \
-  -k test_stories_tp2_greedy_on_gpus
+step tests_tp 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/tp/test_tp_run.py -k symm
 step profile_7b 150 $tr scripts/profile_tp.py --shape llama-2-7b --out "$out/profile_7b.json"
 step bench_7b 100 $tr -m llamafast bench --random-weights --shape llama-2-7b --new-tokens 256 \
   --out "$out/tp2_7b.json"
-step bench_13b 120 $tr -m llamafast bench --random-weights --shape llama-2-13b --new-tokens 256 \
-  --out "$out/tp2_13b.json"
 if [ "$mem_gb" -ge 100 ]; then
-  step bench_70b 170 $tr -m llamafast bench --random-weights --shape llama-2-70b --new-tokens 128 \
+  step bench_70b 200 $tr -m llamafast bench --random-weights --shape llama-2-70b --new-tokens 128 \
     --out "$out/tp2_70b.json"
 else
   echo "== bench_70b: skipped, ${mem_gb} GiB per GPU holds no 69 GB shard with its cache" | tee -a "$out/log.txt"
 fi
+step bench_13b 120 $tr -m llamafast bench --random-weights --shape llama-2-13b --new-tokens 256 \
+  --out "$out/tp2_13b.json"
 step prefill_7b 100 $tr -m llamafast bench --random-weights --shape llama-2-7b --prefill --prompt-lens 4000 \
   --reps 5 --backend triton --out "$out/tp2_prefill_7b.json"
 
