@@ -38,7 +38,6 @@ def dot_rows(
     wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT, PARTS: x is ready once *wait_ptr >= wait_target
     WAIT: tl.constexpr = False,  # with PREFETCH only: the persistent kernel's path
     PREFETCH: tl.constexpr = 0,  # 1: each weight tile loaded one step ahead (_prefetched); n > 1: _staged
-    GRID_WAIT: tl.constexpr = True,  # PARTS under PDL: also wait for the previous kernel's grid (tp_sync.py)
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0. With PARTS, x is
     complete once the flag at wait_ptr counts wait_target arrivals: under PDL the first weight tile is read
@@ -68,7 +67,7 @@ def dot_rows(
     start = 0
     if PDL:
         k = tl.arange(0, BLOCK_K)
-        w, w2 = _first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR, GRID_WAIT)
+        w, w2 = _first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR)
         if PARTS > 0:
             wait_arrivals(wait_ptr, wait_target)
         x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
@@ -145,7 +144,7 @@ def _staged(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, row
 
 @triton.jit
 def _first_tile(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-                PAIR: tl.constexpr, GRID_WAIT: tl.constexpr = True):
+                PAIR: tl.constexpr):
     """The first weight tile, read before waiting for x (weights are never written while decoding). Under
     programmatic dependent launch (PDL), the only caller, this kernel starts while the previous one still runs: it lets the next
     kernel start too, reads the tile, and only then waits for the previous kernel, before reading any activation
@@ -156,8 +155,7 @@ def _first_tile(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8
     w2 = w
     if PAIR:
         w2 = load_tile(row_ptrs2, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32)
-    if GRID_WAIT:
-        gdc_wait()
+    gdc_wait()
     return w, w2
 
 

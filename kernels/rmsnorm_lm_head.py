@@ -37,13 +37,12 @@ def _rmsnorm_lm_head_kernel(
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     table_ptr=None, flags_table=None, counter_ptr=None, offset=0, flag_offset=0, WORLD: tl.constexpr = 0,  # push
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
-    GRID_WAIT: tl.constexpr = True, FENCE: tl.constexpr = 0,  # with PARTS: gemv.dot_rows; with WORLD: signal_peers
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < V
     acc, _, ss = dot_rows(
         w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS, GRID_WAIT=GRID_WAIT,
+        p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS,
     )
     logits = acc * tl.rsqrt(ss / C + eps)
     if WORLD > 0:  # a vocabulary shard: into every rank's logits row
@@ -53,7 +52,7 @@ def _rmsnorm_lm_head_kernel(
     if PARTS > 0:
         release_slot(f_ptr)
     if WORLD > 0:
-        signal_peers(counter_ptr, flags_table, flag_offset, WORLD, FENCE)
+        signal_peers(counter_ptr, flags_table, flag_offset, WORLD)
 
 
 def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float, configs=None,
@@ -65,7 +64,7 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float
     if push is not None:
         peers, slot = push
         parts.update(table_ptr=peers.logits_table, flags_table=peers.flags_table, counter_ptr=peers.counters[slot:],
-                     offset=peers.rank * w.shape[0], flag_offset=slot * 2, WORLD=peers.world, FENCE=peers.fence)
+                     offset=peers.rank * w.shape[0], flag_offset=slot * 2, WORLD=peers.world)
     v, c = w.shape
     check_vector("x", x, c)
     check_vector("norm_w", norm_w, c)

@@ -45,13 +45,12 @@ def _rmsnorm_qkv_rope_kernel(
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
     t_ptr=None, ts_ptr=None, split=0, stride_tn=0, T_FMT: tl.constexpr = -1,  # rows from split on: tail weight
-    GRID_WAIT: tl.constexpr = True,  # with PARTS: gemv.dot_rows
 ):
     qkv_rope_tile(
         tl.program_id(0), x_ptr, g_ptr, w_ptr, s_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
         N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps, HEAD_DIM, BLOCK_N, BLOCK_K, EVEN_K, W_FP8,
         p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS, t_ptr=t_ptr, ts_ptr=ts_ptr, split=split, stride_tn=stride_tn,
-        T_FMT=T_FMT, GRID_WAIT=GRID_WAIT,
+        T_FMT=T_FMT,
     )
     if PARTS > 0:
         release_slot(f_ptr)
@@ -66,7 +65,6 @@ def qkv_rope_tile(
     wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
     PREFETCH: tl.constexpr = 0,
     t_ptr=None, ts_ptr=None, split=0, stride_tn=0, T_FMT: tl.constexpr = -1,  # the tail's rows (per-op path only)
-    GRID_WAIT: tl.constexpr = True,
 ):
     """Rows tile * BLOCK_N ... of the kernel's output: q rows, or k and v rows stored into the caches. With T_FMT
     >= 0, rows from split on (a multiple of BLOCK_N) are the tail weight's, in block format T_FMT: each program
@@ -83,7 +81,7 @@ def qkv_rope_tile(
     else:
         acc, _, ss = dot_rows(
             w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K,
-            W_FP8, p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT, PREFETCH, GRID_WAIT,
+            W_FP8, p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT, PREFETCH,
         )
     acc = acc * tl.rsqrt(ss / C + eps)
     # RoPE on (even, odd) row pairs of q and k; v rows pass through.

@@ -15,15 +15,18 @@ Decode has 2 synchronisation points per layer (after wo, after w2) and one for t
 Buffers and flags are per (layer, op) slot, so a slot is only rewritten in the next decode step, after every
 rank has passed the slot's consumer: rank r reaches step t+1's layer 0 only once every peer finished step t.
 
-Measured on 2 H200s (scripts/profile_tp.py; scripts/results/tp/h200x2_flags, h200x2_tagged, h200x2_variants), per
-synchronisation point over the step with no communication at all, Llama-2-7B / 13B: NCCL's all-reduce 9.6 / 10.9 us.
-The consumer polling with acquire loads and launched with PDL (its first weight tile read before the waits) 9.5 /
-0.8 us; the same without PDL 8.2 / 3.3 us; PDL wins 2.6 us a point at 13B and loses 1.3 at 7B, and is kept, as on
-one GPU. Every push program releasing its own arrival on every rank (no ticket) 14.3 / 8.8 us; every program's
-ticket at system scope 8.6 / 4.8 us; wider push launches (8 or 16 rows x 1024, 4 warps) 9.4 and 14.0 us at 7B.
-Values tagged with the step in one 8-byte word each (NCCL's LL protocol: no ticket, no flag), which every consumer
-program polled slice by slice, cost 16.4 us at 7B (it doubles the bytes every program reads and adds a block
-reduction per slice to test the tags).
+Measured per synchronisation point over the step with no communication at all (scripts/profile_tp.py). On 2
+H100s (NV18; scripts/results/tp/h100x2_4ff06c3), Llama-2-7B / 13B / 70B: NCCL's all-reduce 9.9 / 11.1 / 9.2 us;
+this signalling 8.9 / 1.9 / 15.2 us; the last producer fencing with an acq_rel atomic and releasing each flag
+(three MEMBAR.SYS in a row) 11.1 / 4.3 / 17.7 us; consumers that wait for the flag alone, not also for the
+producer's grid (skipping PDL's griddepcontrol.wait), 8.6 / 2.2 / 15.9 us: 0.3 us won at 7B, 0.3 and 0.7 lost
+at 13B and 70B, so they wait for both. Earlier, on 2 H200s (h200x2_flags, h200x2_tagged, h200x2_variants), 7B /
+13B: the consumer polling with acquire loads and launched with PDL (its first weight tile read before the waits)
+9.5 / 0.8 us, the same without PDL 8.2 / 3.3 us, so PDL is kept, as on one GPU. Every push program releasing its
+own arrival on every rank (no ticket) 14.3 / 8.8 us; every program's ticket at system scope 8.6 / 4.8 us; wider
+push launches (8 or 16 rows x 1024, 4 warps) 9.4 and 14.0 us at 7B. Values tagged with the step in one 8-byte word
+each (NCCL's LL protocol: no ticket, no flag), which every consumer program polled slice by slice, cost 16.4 us at
+7B (it doubles the bytes every program reads and adds a block reduction per slice to test the tags).
 """
 
 from __future__ import annotations
@@ -59,8 +62,6 @@ class Peers:
     counters: torch.Tensor
     logits_table: torch.Tensor | None = None  # (N,) int64: each rank's (V,) fp32 logits, vocabulary sharded
     logits: torch.Tensor | None = None
-    fence: int = 1  # signal_peers' FENCE
-    grid_wait: bool = False  # consumers under PDL also wait for the producer's grid (gemv.dot_rows' GRID_WAIT)
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,6 @@ class SummedInput:
     parts: torch.Tensor
     flag: torch.Tensor
     summed: torch.Tensor
-    grid_wait: bool = False
 
     @property
     def shape(self) -> torch.Size:
@@ -83,8 +83,7 @@ def consumer_args(x) -> tuple[torch.Tensor, dict]:
     """(the tensor to check shapes against, the kernel arguments that make a consumer add the parts)."""
     if not hasattr(x, "summed"):  # duck-typed: kernels/ is importable as llamafast.kernels and as kernels
         return x, {}
-    return x.residual, {"p_ptr": x.parts, "xo_ptr": x.summed, "f_ptr": x.flag, "PARTS": x.parts.shape[0],
-                        "GRID_WAIT": x.grid_wait}
+    return x.residual, {"p_ptr": x.parts, "xo_ptr": x.summed, "f_ptr": x.flag, "PARTS": x.parts.shape[0]}
 
 
 @triton.jit
@@ -106,26 +105,20 @@ def push_rows(values, rows, mask, table_ptr, offset, WORLD: tl.constexpr):
 
 
 @triton.jit
-def signal_peers(counter_ptr, flags_table, flag_offset, WORLD: tl.constexpr, FENCE: tl.constexpr = 0):
+def signal_peers(counter_ptr, flags_table, flag_offset, WORLD: tl.constexpr):
     """After this program's pushes: the rank's last program raises the slot's flag on every rank. Each program
     takes an acq_rel ticket at GPU scope (its stores ordered before it); the last one fences once at system scope,
-    which makes every program's remote stores visible before its releases on the peers' flags. FENCE 0: the fence
-    is an acq_rel atomic at system scope and each flag's increment a release; 1: one fence.acq_rel.sys, then
-    relaxed increments (PTX's release pattern: a fence, then a strong write)."""
+    which makes every program's remote stores visible, then increments the flags relaxed (PTX's release pattern:
+    a fence, then a strong write). Each release increment would be a MEMBAR.SYS of its own: three in a row with
+    an acq_rel atomic as the fence cost 2.2 (7B), 2.4 (13B) and 2.5 us (70B) more per synchronisation point."""
     tl.debug_barrier()
     ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
     if ticket == tl.num_programs(0) - 1:
-        if FENCE == 0:
-            tl.atomic_add(counter_ptr, 0, sem="acq_rel", scope="sys")  # the system-scope fence, once
-        else:
-            fence_sys(ticket)
+        fence_sys(ticket)
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
         for r in tl.static_range(WORLD):
             flags = tl.load(flags_table + r).to(tl.pointer_type(tl.int32))
-            if FENCE == 0:
-                tl.atomic_add(flags + flag_offset, 1, sem="release", scope="sys")
-            else:
-                tl.atomic_add(flags + flag_offset, 1, sem="relaxed", scope="sys")
+            tl.atomic_add(flags + flag_offset, 1, sem="relaxed", scope="sys")
 
 
 @triton.jit
@@ -133,7 +126,7 @@ def _push_linear_kernel(
     x_ptr, w_ptr, s_ptr, table_ptr, flags_table, counter_ptr,  # x (K,), W (N, K), E4M3 scales (N,)
     N, K, stride_wn, offset, flag_offset,  # rows go to offset + row in each rank's parts buffer
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, WORLD: tl.constexpr,
-    PDL: tl.constexpr = False, FENCE: tl.constexpr = 0,
+    PDL: tl.constexpr = False,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
@@ -142,7 +135,7 @@ def _push_linear_kernel(
         PDL=PDL,
     )
     push_rows(acc, rows, mask, table_ptr, offset, WORLD)
-    signal_peers(counter_ptr, flags_table, flag_offset, WORLD, FENCE)
+    signal_peers(counter_ptr, flags_table, flag_offset, WORLD)
 
 
 @triton.jit
@@ -163,9 +156,9 @@ def push_linear(x: torch.Tensor, w: Weight, peers: Peers, slot: int, residual, c
     _push_linear_kernel[(cdiv(n, cfg.block_n),)](
         x, w.data, scale_arg(w), peers.parts_table, peers.flags_table, peers.counters[slot:],
         n, k, w.data.stride(0), (slot * peers.world + peers.rank) * c, slot * 2,
-        WORLD=peers.world, FENCE=peers.fence, **launch_args(cfg, w, pdl=True),
+        WORLD=peers.world, **launch_args(cfg, w, pdl=True),
     )
-    return SummedInput(residual, peers.parts[slot], peers.flags[slot], torch.empty_like(residual), peers.grid_wait)
+    return SummedInput(residual, peers.parts[slot], peers.flags[slot], torch.empty_like(residual))
 
 
 def wait_logits(peers: Peers, slot: int) -> torch.Tensor:

@@ -82,21 +82,12 @@ def one_gpu_steps(shape: str, world: int, device: torch.device):
     return model, steps
 
 
-# symm's signalling variants against its default (kernels/tp_sync.Peers): the system-scope fence as an acq_rel
-# atomic and release increments (three fences in a row) rather than one fence.acq_rel.sys before relaxed
-# increments, and consumers that also wait for the producer's grid, not for the flag alone.
-SYMM_VARIANTS = {"symm, 3 sys fences": {"fence": 0}, "symm, grid wait": {"grid_wait": True},
-                 "symm, 3 fences + grid wait": {"fence": 0, "grid_wait": True}}
-
-
 def variants(ranks, model):
     """(name, comm) per variant, the floor first."""
     config, sharded = model.config, model.shard.vocab_sharded(model.config)
     yield "none (floor)", NoComm()
     for comm in (TPComm.nccl, TPComm.symm):
         yield comm.value, make_comm(comm, ranks, config, sharded, "graph")[0]
-    for name, signalling in SYMM_VARIANTS.items():
-        yield name, make_comm(TPComm.symm, ranks, config, sharded, "graph", **signalling)[0]
 
 
 def under_torchrun(shape: str):

@@ -9,8 +9,9 @@
 # Needs .whl/ beside the checkout as scripts/gpu_check.sh does (the gguf wheel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: tp_check.sh OUTDIR [BUDGET_S]}
+out=${1:?usage: tp_check.sh OUTDIR [BUDGET_S [STEP ...]]}
 budget=${2:-570}
+only=" ${*:3} "
 mkdir -p "$out"
 . scripts/gpu_env.sh || exit 1
 export OMP_NUM_THREADS=1
@@ -20,6 +21,9 @@ tr="python3 -m torch.distributed.run --standalone --nproc-per-node 2"
 step() {
   local name=$1 limit=$2 left=$((budget - SECONDS))
   shift 2
+  if [ "$only" != "  " ] && [[ "$only" != *" $name "* ]]; then
+    return
+  fi
   if [ "$left" -lt "$limit" ]; then
     echo "== $name: skipped, ${left} s of the budget left, it needs ${limit} s" | tee -a "$out/log.txt"
     return
@@ -30,22 +34,24 @@ step() {
   echo "== $name: exit $?, $((SECONDS - t0)) s" | tee -a "$out/log.txt"
 }
 
-{ nvidia-smi -L; nvidia-smi topo -m; git rev-parse HEAD 2>/dev/null; } > "$out/machine.txt" 2>&1
+{ nvidia-smi -L; nvidia-smi topo -m; } > "$out/machine.txt" 2>&1
 mem_gb=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).total_memory // 2**30)")
 
 step tests_sync 60 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/kernels/test_tp_sync.py
 step tests_tp 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/tp/test_tp_run.py -k symm
-step profile_7b 150 $tr scripts/profile_tp.py --shape llama-2-7b --out "$out/profile_7b.json"
-step bench_7b 100 $tr -m llamafast bench --random-weights --shape llama-2-7b --new-tokens 256 \
+step bench_7b 80 $tr -m llamafast bench --random-weights --shape llama-2-7b --new-tokens 256 \
   --out "$out/tp2_7b.json"
 if [ "$mem_gb" -ge 75 ]; then  # 64 GiB of bf16 weights a rank
-  step bench_70b 200 $tr -m llamafast bench --random-weights --shape llama-2-70b --new-tokens 128 \
+  step bench_70b 100 $tr -m llamafast bench --random-weights --shape llama-2-70b --new-tokens 128 \
     --out "$out/tp2_70b.json"
 else
   echo "== bench_70b: skipped, ${mem_gb} GiB per GPU holds no 69 GB shard with its cache" | tee -a "$out/log.txt"
 fi
-step bench_13b 120 $tr -m llamafast bench --random-weights --shape llama-2-13b --new-tokens 256 \
+step bench_13b 100 $tr -m llamafast bench --random-weights --shape llama-2-13b --new-tokens 256 \
   --out "$out/tp2_13b.json"
+for shape in 7b 13b 70b; do
+  step "profile_$shape" 90 $tr scripts/profile_tp.py --shape "llama-2-$shape" --out "$out/profile_$shape.json"
+done
 step prefill_7b 100 $tr -m llamafast bench --random-weights --shape llama-2-7b --prefill --prompt-lens 4000 \
   --reps 5 --backend triton --out "$out/tp2_prefill_7b.json"
 
@@ -63,11 +69,12 @@ for name in ("tests_sync", "tests_greedy"):
     if path.is_file():
         tail = [s for s in path.read_text().splitlines() if s.strip()]
         print(f"- {name}: {tail[-1] if tail else 'no output'}")
-path = out / "profile_7b.json"
-if path.is_file():
-    for s in json.loads(path.read_text())["steps"]:
-        extra = "".join(f", {k} {v:.2f}" for k, v in s.items() if k in ("us_per_point", "drift_us_per_point"))
-        print(f"- profile 7B {s['variant']}: {s['ms_per_token']:.3f} ms/token{extra}")
+for shape in ("7b", "13b", "70b"):
+    path = out / f"profile_{shape}.json"
+    if path.is_file():
+        for s in json.loads(path.read_text())["steps"]:
+            extra = "".join(f", {k} {v:.2f}" for k, v in s.items() if k in ("us_per_point", "drift_us_per_point"))
+            print(f"- profile {shape} {s['variant']}: {s['ms_per_token']:.3f} ms/token{extra}")
 for shape in ("7b", "13b", "70b"):
     path = out / f"tp2_{shape}.json"
     if path.is_file():

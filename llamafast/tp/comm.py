@@ -51,9 +51,9 @@ class NcclComm:
 class SymmComm(NcclComm):
     name = TPComm.symm
 
-    def __init__(self, ranks: Ranks, vocab_sharded: bool, n_layers: int, dim: int, vocab: int, **signalling):
+    def __init__(self, ranks: Ranks, vocab_sharded: bool, n_layers: int, dim: int, vocab: int):
         super().__init__(ranks, vocab_sharded)
-        self.peers = symmetric_peers(ranks, 2 * n_layers + 1, dim, vocab if vocab_sharded else 0, **signalling)
+        self.peers = symmetric_peers(ranks, 2 * n_layers + 1, dim, vocab if vocab_sharded else 0)
         self.push_configs: dict | None = None  # push_linear's launch table (None: the committed one)
         self.prompt_buffers: dict[torch.dtype, torch.Tensor] = {}  # sum_ranks', per activation dtype
 
@@ -89,7 +89,7 @@ class SymmComm(NcclComm):
         return wait_logits(self.peers, slot)
 
 
-def make_comm(kind: TPComm, ranks: Ranks, config, vocab_sharded: bool, backend_step: str, **signalling):
+def make_comm(kind: TPComm, ranks: Ranks, config, vocab_sharded: bool, backend_step: str):
     """The communication for a model of `config` sharded over `ranks`: symm needs the triton backend on GPUs
     with peer access; where that is missing the run falls back to the all-reduces of `nccl` and says why, naming
     the process group's backend that runs them (gloo on the CPU), in the note returned."""
@@ -99,7 +99,7 @@ def make_comm(kind: TPComm, ranks: Ranks, config, vocab_sharded: bool, backend_s
     if reason:
         backend = dist.get_backend(ranks.group)
         return NcclComm(ranks, vocab_sharded), f"--tp-comm symm unavailable ({reason}); using {backend} all-reduces"
-    return SymmComm(ranks, vocab_sharded, config.n_layers, config.dim, config.vocab_size, **signalling), None
+    return SymmComm(ranks, vocab_sharded, config.n_layers, config.dim, config.vocab_size), None
 
 
 def symm_unavailable(ranks: Ranks, backend_step: str) -> str | None:
@@ -117,9 +117,9 @@ def symm_unavailable(ranks: Ranks, backend_step: str) -> str | None:
     return None
 
 
-def symmetric_peers(ranks: Ranks, slots: int, dim: int, vocab: int, **signalling):
+def symmetric_peers(ranks: Ranks, slots: int, dim: int, vocab: int):
     """This rank's Peers (kernels/tp_sync.py): parts (slots, N, C) fp32 and flags (slots, 2) int32 in symmetric
-    memory, rendezvoused once, and the tables of every rank's addresses; signalling: Peers' fence and grid_wait."""
+    memory, rendezvoused once, and the tables of every rank's addresses."""
     import torch.distributed._symmetric_memory as symm_mem
 
     from llamafast.kernels.tp_sync import Peers
@@ -144,5 +144,4 @@ def symmetric_peers(ranks: Ranks, slots: int, dim: int, vocab: int, **signalling
     torch.cuda.synchronize(device)
     dist.barrier(group=ranks.group)  # every rank's buffers are zeroed before any peer writes into them
     counters = torch.zeros(slots, dtype=torch.int32, device=device)
-    return Peers(ranks.shard.rank, world, parts_table, flags_table, parts, flags, counters, logits_table, logits,
-                 **signalling)
+    return Peers(ranks.shard.rank, world, parts_table, flags_table, parts, flags, counters, logits_table, logits)

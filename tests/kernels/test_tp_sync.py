@@ -25,7 +25,7 @@ SHAPES = [pytest.param((96, 48, 100, 1000), id="odd"),
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-def simulated_peers(world: int, slots: int, c: int, v: int, **signalling) -> list[Peers]:
+def simulated_peers(world: int, slots: int, c: int, v: int) -> list[Peers]:
     parts = [torch.zeros(slots, world, c, device=DEVICE) for _ in range(world)]
     flags = [torch.zeros(slots, 2, dtype=torch.int32, device=DEVICE) for _ in range(world)]
     logits = [torch.full((v,), float("nan"), device=DEVICE) for _ in range(world)]
@@ -34,13 +34,8 @@ def simulated_peers(world: int, slots: int, c: int, v: int, **signalling) -> lis
         return torch.tensor([t.data_ptr() for t in ts], dtype=torch.int64, device=DEVICE)
 
     return [Peers(r, world, table(parts), table(flags), parts[r], flags[r],
-                  torch.zeros(slots, dtype=torch.int32, device=DEVICE), table(logits), logits[r], **signalling)
+                  torch.zeros(slots, dtype=torch.int32, device=DEVICE), table(logits), logits[r])
             for r in range(world)]
-
-
-# Peers' signalling: the default, and the fences and grid wait it replaced (GPU only: the interpreter has neither).
-SIGNALLING = [pytest.param({}, id="default"),
-              pytest.param({"fence": 0, "grid_wait": True}, id="3-fences-grid-wait", marks=pytest.mark.gpu)]
 
 
 W = Weight
@@ -50,17 +45,16 @@ def rand(*shape, dtype, scale=1.0):
     return (torch.randn(*shape, device=DEVICE) * scale).to(dtype)
 
 
-@pytest.mark.parametrize("signalling", SIGNALLING)
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_pushed_sums_feed_the_next_kernels(shape, dtype, world, signalling):
+def test_pushed_sums_feed_the_next_kernels(shape, dtype, world):
     """wo (row-parallel) pushes partials; rmsnorm_swiglu sums them with the residual; w2 pushes; rmsnorm_lm_head
     sums those and pushes its vocabulary shard; wait_logits hands every rank the whole row."""
     torch.manual_seed(0)
     c, k, f, v = shape
     k, f, v = k * 2 // world, f * 2 // world, v - v % world
-    peers = simulated_peers(world, 3, c, v, **signalling)
+    peers = simulated_peers(world, 3, c, v)
     x = rand(1, c, dtype=dtype)
     attn = [rand(1, k, dtype=dtype) for _ in range(world)]
     wo = [rand(c, k, dtype=dtype, scale=(k * world) ** -0.5) for _ in range(world)]
