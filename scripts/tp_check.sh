@@ -17,7 +17,8 @@ mkdir -p "$out"
 export OMP_NUM_THREADS=1
 tr="python3 -m torch.distributed.run --standalone --nproc-per-node 2"
 
-# step NAME SECONDS COMMAND...: runs COMMAND with at most SECONDS, if that much of the budget is left.
+# step NAME SECONDS COMMAND...: runs COMMAND with at most SECONDS, if that much of the budget is left. Each limit is
+# about twice what the step took on two H100s with the Triton cache cold (scripts/results/tp/h100x2_*/log.txt).
 step() {
   local name=$1 limit=$2 left=$((budget - SECONDS))
   shift 2
@@ -39,15 +40,15 @@ mem_gb=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).tot
 
 step tests_sync 60 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/kernels/test_tp_sync.py
 step tests_tp 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/tp/test_tp_run.py -k symm
-step bench_7b 80 $tr -m llamafast bench --random-weights --shape llama-2-7b --new-tokens 256 \
+step bench_7b 60 $tr -m llamafast bench --random-weights --shape llama-2-7b --new-tokens 256 \
   --out "$out/tp2_7b.json"
 if [ "$mem_gb" -ge 75 ]; then  # 64 GiB of bf16 weights a rank
-  step bench_70b 100 $tr -m llamafast bench --random-weights --shape llama-2-70b --new-tokens 128 \
+  step bench_70b 60 $tr -m llamafast bench --random-weights --shape llama-2-70b --new-tokens 128 \
     --out "$out/tp2_70b.json"
 else
   echo "== bench_70b: skipped, ${mem_gb} GiB per GPU holds no 69 GB shard with its cache" | tee -a "$out/log.txt"
 fi
-step bench_13b 100 $tr -m llamafast bench --random-weights --shape llama-2-13b --new-tokens 256 \
+step bench_13b 80 $tr -m llamafast bench --random-weights --shape llama-2-13b --new-tokens 256 \
   --out "$out/tp2_13b.json"
 for shape in 7b 13b 70b; do
   step "profile_$shape" 90 $tr scripts/profile_tp.py --shape "llama-2-$shape" --out "$out/profile_$shape.json"
