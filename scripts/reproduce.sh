@@ -21,7 +21,7 @@ STAGES=(
   "quant|1 H100|quantized.md: Speed, Llama-2-7B bf16 beside its Q8_0, Q4_0 and Q4_1 copies|scripts/results/quant"
   "sparse|1 H100|sparse-ffn.md: Speed, per FFN call, its kernel split and launch sweep|scripts/results/sparse"
   "sparse-quality|CPU|sparse-ffn.md: Quality, SmolLM2 and stories260K|scripts/results/sparse/quality"
-  "tp|2 H200|tensor-parallel.md: Results, TP=2 (nccl, symm) against TP=1 at 7B and 13B, prompt TTFT|scripts/results/tp/h200x2_a94fa10"
+  "tp|2 H100|tensor-parallel.md: Results, TP=2 (nccl, symm) against TP=1 at 7B, 13B and 70B, per-point costs, prompt TTFT|scripts/results/tp/h100x2_e297f2d"
   "tp-floors|1 H200|tensor-parallel.md: the TP=2 floors, and tuning.md's shard launch tables|scripts/results/tp"
   "h200|1 H200|benchmarks.md: H200 (README's H200 rows), fp8.md's 7B and 70B on the H200|scripts/results/h200"
   "smollm2|1 H100|benchmarks.md: SmolLM2-135M on an H100, its kernels and greedy tokens|scripts/results/smollm2"
@@ -123,15 +123,8 @@ stage_sparse_quality() {
 
 # TP=2 with both --tp-comm modes side by side, then TP=1 on GPU 0, all in one call (its rows in the same report);
 # all output in bench_tp_log.txt.
-stage_tp() {
-  local tp2="python -m torch.distributed.run --standalone --nproc-per-node 2" shape
-  {
-    for shape in 7b 13b; do
-      $tp2 -m llamafast bench --random-weights --shape "llama-2-$shape" --new-tokens 256 --out "$1/tp2_$shape.json"
-    done
-    $tp2 -m llamafast bench --random-weights --shape llama-2-7b --prefill --prompt-lens 512,4000 --reps 7 \
-      --backend triton --out "$1/tp2_prefill_7b.json"
-  } 2>&1 | tee "$1/bench_tp_log.txt"
+stage_tp() {  # the two-GPU check: symm's tests, then bench at 7B, 70B and 13B, profile_tp.py, TTFT at 4,000 tokens
+  bash scripts/tp_check.sh "$1"
 }
 
 # Rank 0's shard of a TP=2 split on one GPU (70B's needs an H200). tune.py tp times the floor on the tables as they

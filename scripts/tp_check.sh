@@ -18,7 +18,7 @@ export OMP_NUM_THREADS=1
 tr="python3 -m torch.distributed.run --standalone --nproc-per-node 2"
 
 # step NAME SECONDS COMMAND...: runs COMMAND with at most SECONDS, if that much of the budget is left. Each limit is
-# about twice what the step took on two H100s with the Triton cache cold (scripts/results/tp/h100x2_*/log.txt).
+# 1.3 to 2.2 times what the step took on two H100s, Triton cache cold (scripts/results/tp/h100x2_*/log.txt).
 step() {
   local name=$1 limit=$2 left=$((budget - SECONDS))
   shift 2
