@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The two-GPU check of tensor parallel, in one run of at most 9.5 minutes on a machine of two GPUs: first what
 # checks (the sync kernels' GPU tests; stories260K's greedy tokens and 7B's logits at TP=2 with symm against TP=1),
-# then what times: scripts/profile_tp.py's per-point costs of every signalling variant at 7B, `bench` under
-# torchrun at 7B, 70B (where a GPU holds its 69 GB shard) and 13B with TP=2 symm beside nccl and TP=1, and time
-# to first token at 4,000 tokens. A step that would not end inside the budget is skipped and says so. Writes each step's raw output into
-# OUTDIR and a summary.md of the figures.
-#   bash scripts/tp_check.sh OUTDIR [BUDGET_S]
+# then what times: `bench` under torchrun at 7B, 70B (where a GPU holds its 69 GB shard) and 13B with TP=2 symm
+# beside nccl and TP=1, scripts/profile_tp.py's cost per synchronisation point at each shape, and time to first
+# token at 4,000 tokens. A step that would not end inside the budget is skipped and says so. Writes each step's
+# raw output into OUTDIR and a summary.md of the figures. Naming steps runs only those.
+#   bash scripts/tp_check.sh OUTDIR [BUDGET_S [STEP ...]]
 # Needs .whl/ beside the checkout as scripts/gpu_check.sh does (the gguf wheel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
