@@ -152,10 +152,17 @@ def _big_source(tmp_path: Path) -> Path:
     return tmp_path / "src"
 
 
+def _default_stop_signals() -> None:
+    """In the child: the stop signals at their defaults, since an ignored one stays ignored (a test run under nohup
+    ignores SIGHUP, and the conversion would rightly finish)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _start_and_stop(src: Path, dst: Path, stop: Callable[[subprocess.Popen], None]) -> int:
     """Starts a conversion in another process and calls stop(process) once it is writing model.safetensors."""
     proc = subprocess.Popen([sys.executable, "-m", "llamafast", "convert-fp8", str(src), str(dst), "--device", "cpu"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_default_stop_signals)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         partial = [p / "model.safetensors" for p in dst.parent.glob(f".{dst.name}.llamafast-tmp-*")]
