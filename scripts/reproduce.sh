@@ -121,8 +121,6 @@ stage_sparse_quality() {
   rm -rf "$1/smollm2-sparse" "$1/stories260K-sparse"  # 0.27 GB of weights that the stage rebuilds
 }
 
-# TP=2 with both --tp-comm modes side by side, then TP=1 on GPU 0, all in one call (its rows in the same report);
-# all output in bench_tp_log.txt.
 stage_tp() {  # the two-GPU check: symm's tests, then bench at 7B, 70B and 13B, profile_tp.py, TTFT at 4,000 tokens
   bash scripts/tp_check.sh "$1"
 }

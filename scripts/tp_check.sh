@@ -65,7 +65,7 @@ out = Path(sys.argv[1])
 print(f"# Two-GPU check\n\n{(out / 'machine.txt').read_text().splitlines()[0]}\n")
 for line in (out / "log.txt").read_text().splitlines():
     print(f"    {line}")
-for name in ("tests_sync", "tests_greedy"):
+for name in ("tests_sync", "tests_tp"):
     path = out / f"{name}.txt"
     if path.is_file():
         tail = [s for s in path.read_text().splitlines() if s.strip()]
