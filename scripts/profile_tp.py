@@ -4,18 +4,24 @@ to), timed in the same call on the same GPUs. docs/tensor-parallel.md's per-poin
 to the tensor-parallel step is weighed with it.
 
     torchrun --standalone --nproc-per-node 2 scripts/profile_tp.py --shape llama-2-7b --out OUT.json
+    torchrun --standalone --nproc-per-node 2 scripts/profile_tp.py --shape llama-2-70b --consumer-tiles 2,4 --out OUT.json
     python scripts/profile_tp.py --world 2 --shape llama-2-7b --out OUT.json   # one GPU: TP=1 and rank 0's floor
 
 Under torchrun, per variant: none (the floor, timed on every rank at once: the spread between the ranks' floors is
 their drift, which every wait exposes), NCCL all-reduces, and symmetric memory (kernels/tp_sync.py). Each variant's cost per synchronisation point is (its ms/token - the slowest
-rank's floor) / points, points = 2 per layer + 1 for the logits.
+rank's floor) / points, points = 2 per layer + 1 for the logits. --consumer-tiles S,...: then, per S, the floor
+and symm again with the kernels that add the ranks' partials (RMSNorm + QKV, RMSNorm + SwiGLU, RMSNorm + LM head)
+launched with S times the rows and warps per program (up to 8 warps), so S times fewer programs each read every
+rank's fp32 partials.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -23,6 +29,7 @@ import torch.distributed as dist
 from llamafast.config import Backend, DType, SamplingConfig, TPComm
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine
+from llamafast.kernels.gemv import gemv_config, gemv_key
 from llamafast.load import random_model
 from llamafast.load.shard import Shard
 from llamafast.measure.common import copy_bandwidth, environment
@@ -63,7 +70,7 @@ def step_ms(model, steps: int = 200) -> float:
 def _step(name: str, ms: float, show: bool = True, **extra) -> dict:
     if show:
         print(f"{name:28} {ms:7.3f} ms/token {1e3 / ms:7.1f} tok/s"
-              + "".join(f"  {k} {v:.2f}" for k, v in extra.items()), flush=True)
+              + "".join(f"  {k} {v:.2f}" for k, v in extra.items() if isinstance(v, float)), flush=True)
     return {"variant": name, "ms_per_token": ms, "tok_s": 1e3 / ms, **extra}
 
 
@@ -90,23 +97,61 @@ def variants(ranks, model):
         yield comm.value, make_comm(comm, ranks, config, sharded, "graph")[0]
 
 
-def under_torchrun(shape: str):
+@contextmanager
+def consumer_tiles(model, scale: int):
+    """The model's consumer kernels (the ones that add the ranks' partials) launched with `scale` times the rows and
+    warps (at most 8) per program at its shard's shapes, for the duration."""
+    layer = model.layers[0]
+    weights = {"rmsnorm_qkv_rope": layer.attention.wqkv.weight, "rmsnorm_swiglu": layer.feed_forward.w1.weight,
+               "rmsnorm_lm_head": model.output.weight}
+    saved = {}
+    for table, w in weights.items():
+        launches, key = model.backend.launches[table], gemv_key(w)
+        cfg = gemv_config(launches, w)
+        saved[table] = (key, launches.get(key))
+        launches[key] = dataclasses.replace(cfg, block_n=cfg.block_n * scale, num_warps=min(8, cfg.num_warps * scale))
+    try:
+        yield {t: dataclasses.asdict(model.backend.launches[t][k]) for t, (k, _) in saved.items()}
+    finally:
+        for table, (key, old) in saved.items():
+            if old is None:
+                del model.backend.launches[table][key]
+            else:
+                model.backend.launches[table][key] = old
+
+
+def under_torchrun(shape: str, scales: list[int]):
     """Every variant on every rank; returns (ranks, the leader's rows)."""
     ranks = setup(None)
     model = random_model(shape, ranks.device, DType.bfloat16, Backend.triton, shard=ranks.shard).model
     points = 2 * model.config.n_layers + 1
     steps, floor = [], None
-    for name, comm in variants(ranks, model):
+
+    def timed(comm):
+        """ms/token on this rank and every rank's."""
         model.comm = comm
         ms = step_ms(model)
         every = [None] * ranks.shard.world
         dist.all_gather_object(every, ms, group=ranks.control)
+        return ms, every
+
+    for name, comm in variants(ranks, model):
+        ms, every = timed(comm)
         if floor is None:  # the floor: every rank's, and their spread
             floor = max(every)
             steps.append(_step(name, ms, ranks.leader, slowest_rank_ms=floor, drift_us_per_point=1e3 * (
                 floor - min(every)) / points))
         else:
             steps.append(_step(name, ms, ranks.leader, us_per_point=1e3 * (ms - floor) / points))
+    config, sharded = model.config, model.shard.vocab_sharded(model.config)
+    for scale in scales:
+        with consumer_tiles(model, scale) as launches:
+            ms, every = timed(NoComm())
+            own = max(every)
+            steps.append(_step(f"none, consumers x{scale}", ms, ranks.leader, slowest_rank_ms=own, launches=launches))
+            ms, _ = timed(make_comm(TPComm.symm, ranks, config, sharded, "graph")[0])
+            steps.append(_step(f"symm, consumers x{scale}", ms, ranks.leader, us_per_point=1e3 * (ms - floor) / points,
+                               over_own_floor_us=1e3 * (ms - own) / points, launches=launches))
     return ranks, steps
 
 
@@ -115,10 +160,12 @@ def main() -> None:
     parser.add_argument("--shape", default="llama-2-7b")
     parser.add_argument("--out", required=True, help="the JSON report")
     parser.add_argument("--world", type=int, default=2, help="without torchrun: the tensor-parallel size whose rank 0 is timed")
+    parser.add_argument("--consumer-tiles", default="", help="under torchrun: also the floor and symm with the "
+                        "consumers' rows and warps per program scaled by each of these (comma-separated)")
     a = parser.parse_args()
     torchrun = "WORLD_SIZE" in os.environ
     if torchrun:
-        ranks, steps = under_torchrun(a.shape)
+        ranks, steps = under_torchrun(a.shape, [int(s) for s in a.consumer_tiles.split(",") if s])
         world, device, leader = ranks.shard.world, ranks.device, ranks.leader
     else:
         steps = one_gpu_steps(a.shape, a.world, torch.device("cuda"))[1]
