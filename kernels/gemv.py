@@ -167,11 +167,15 @@ class GemvConfig:
     num_stages: int = 1
 
 
-def gemv_config(table: dict[tuple[int, int, int], GemvConfig], w: torch.Tensor | Weight) -> GemvConfig:
+def gemv_config(table: dict[tuple, GemvConfig], w: torch.Tensor | Weight, summed: bool = False) -> GemvConfig:
     """The tuned launch for a weight's (N, K, bytes per element; a block format's name), else a default that keeps
-    every SM busy (its BLOCK_K, a power of two of at least K's 32, is a whole number of blocks)."""
+    every SM busy (its BLOCK_K, a power of two of at least K's 32, is a whole number of blocks). summed: the kernel
+    also adds the tensor-parallel ranks' partials (tp_sync.SummedInput), whose own launch, where the table has one,
+    is under the key + ("summed",)."""
     key = gemv_key(w)
     n, k = key[:2]
+    if summed and (*key, "summed") in table:
+        return table[(*key, "summed")]
     if key in table:
         return table[key]
     if INTERPRET:  # numpy runs one program at a time: few large programs are fastest

@@ -61,6 +61,7 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float
     be a tp_sync.SummedInput. push=(peers, slot): w is this rank's vocabulary shard, and its logits go into every
     rank's peers.logits (tp_sync.wait_logits returns the whole row); returns None then."""
     x, parts = consumer_args(x)
+    summed = bool(parts)
     if push is not None:
         peers, slot = push
         parts.update(table_ptr=peers.logits_table, flags_table=peers.flags_table, counter_ptr=peers.counters[slot:],
@@ -70,7 +71,7 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float
     check_vector("norm_w", norm_w, c)
     check_weight("w", w, c)
     out = torch.empty((1, v), device=x.device, dtype=torch.float32)
-    cfg = gemv_config(CONFIGS if configs is None else configs, w)
+    cfg = gemv_config(CONFIGS if configs is None else configs, w, summed=summed)
     _rmsnorm_lm_head_kernel[(cdiv(v, cfg.block_n),)](
         gemv_input(x, w, norm_w), norm_w, w.data, scale_arg(w), out, v, c, w.data.stride(0), eps,
         **launch_args(cfg, w, pdl=True),

@@ -26,13 +26,17 @@ from .tp_sync import consumer_args, release_slot
 
 # (N, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 36.7 us = 2741 GB/s at 7B in bf16,
 # 21.5 us = 2342 GB/s in FP8 (E5M2).
-CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
+CONFIGS: dict[tuple, GemvConfig] = {
     (12288, 4096, 2): GemvConfig(block_n=8, block_k=1024, num_warps=4),
     (12288, 4096, 1): GemvConfig(block_n=16, block_k=256, num_warps=4),
     # Tensor-parallel shards (TP=2 at 7B, 13B and 70B), tuned on one H200 (scripts/results/tp/tune_tp2_*.json):
     (6144, 4096, 2): GemvConfig(block_n=8, block_k=512, num_warps=2),  # 15.3 us
     (7680, 5120, 2): GemvConfig(block_n=8, block_k=512, num_warps=2),  # 22.2 us
     (5120, 8192, 2): GemvConfig(block_n=8, block_k=512, num_warps=4),  # 23.1 us, 70B
+    # The same shard adding the ranks' partials (symm, gemv.gemv_config's summed key): each program reads them
+    # whole, so fewer, larger programs win. The whole TP=2 step on two H100s (scripts/profile_tp.py --sweep,
+    # scripts/results/tp/h100x2_sweep/sweep_7b.txt): 2.997 ms/token against 3.187 with the entry above.
+    (6144, 4096, 2, "summed"): GemvConfig(block_n=16, block_k=512, num_warps=4),
 }
 
 
@@ -114,7 +118,7 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "k and v caches: same layout, D contiguous"
     assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
     q = torch.empty((1, qd // d, d), device=x.device, dtype=x.dtype)
-    cfg = gemv_config(CONFIGS if configs is None else configs, wqkv)
+    cfg = gemv_config(CONFIGS if configs is None else configs, wqkv, summed=bool(parts))
     head, tail = wqkv.head, wqkv.tail
     block_n = max(2, cfg.block_n)  # even, so both rows of a RoPE pair are in one program
     while tail is not None and head.shape[0] % block_n:  # a program's rows are all the head's or all the tail's

@@ -22,13 +22,19 @@ from .tp_sync import consumer_args, release_slot
 
 # (F, C, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): 64.8 us = 2785 GB/s at 7B in bf16,
 # 35.9 us = 2516 GB/s in FP8 (E5M2).
-CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
+CONFIGS: dict[tuple, GemvConfig] = {
     (11008, 4096, 2): GemvConfig(block_n=8, block_k=512, num_warps=4),
     (11008, 4096, 1): GemvConfig(block_n=2, block_k=512, num_warps=1),
     # Tensor-parallel shards (TP=2 at 7B, 13B and 70B), tuned on one H200 (scripts/results/tp/tune_tp2_*.json):
     (5504, 4096, 2): GemvConfig(block_n=4, block_k=256, num_warps=2),  # 27.5 us
     (6912, 5120, 2): GemvConfig(block_n=2, block_k=512, num_warps=1),  # 41.1 us
     (14336, 8192, 2): GemvConfig(block_n=2, block_k=1024, num_warps=2),  # 118.3 us, 70B
+    # The same shards adding the ranks' partials (symm, gemv.gemv_config's summed key): each program reads them
+    # whole, so fewer, larger programs win. The whole TP=2 step on two H100s (scripts/profile_tp.py --sweep,
+    # scripts/results/tp/h100x2_sweep/): 13B 5.560 ms/token against 5.877, 70B 24.718 against 26.007 with the
+    # entries above.
+    (6912, 5120, 2, "summed"): GemvConfig(block_n=4, block_k=512, num_warps=2),
+    (14336, 8192, 2, "summed"): GemvConfig(block_n=4, block_k=1024, num_warps=4),
 }
 
 
@@ -80,7 +86,7 @@ def rmsnorm_swiglu(x, norm_w, w1: Weight, w3: Weight, eps, configs=None):
     assert a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype, "w1, w3: same shape, layout"
     assert w1.fmt == w3.fmt and (w1.scale is None) == (w3.scale is None), "w1 and w3: the same weight format"
     out = torch.empty((1, f), device=x.device, dtype=x.dtype)
-    cfg = gemv_config(CONFIGS if configs is None else configs, w1)
+    cfg = gemv_config(CONFIGS if configs is None else configs, w1, summed=bool(parts))
     _rmsnorm_swiglu_kernel[(cdiv(f, cfg.block_n),)](
         gemv_input(x, w1, norm_w), norm_w, a, b, scale_arg(w1), scale_arg(w3), out,
         f, c, a.stride(0), eps, **launch_args(cfg, w1, pdl=True), **parts

@@ -4,15 +4,14 @@ to), timed in the same call on the same GPUs. docs/tensor-parallel.md's per-poin
 to the tensor-parallel step is weighed with it.
 
     torchrun --standalone --nproc-per-node 2 scripts/profile_tp.py --shape llama-2-7b --out OUT.json
-    torchrun --standalone --nproc-per-node 2 scripts/profile_tp.py --shape llama-2-70b --consumer-tiles 2,4 --out OUT.json
+    torchrun --standalone --nproc-per-node 2 scripts/profile_tp.py --shape llama-2-70b --sweep --out OUT.json
     python scripts/profile_tp.py --world 2 --shape llama-2-7b --out OUT.json   # one GPU: TP=1 and rank 0's floor
 
 Under torchrun, per variant: none (the floor, timed on every rank at once: the spread between the ranks' floors is
 their drift, which every wait exposes), NCCL all-reduces, and symmetric memory (kernels/tp_sync.py). Each variant's cost per synchronisation point is (its ms/token - the slowest
-rank's floor) / points, points = 2 per layer + 1 for the logits. --consumer-tiles S,...: then, per S, the floor
-and symm again with the kernels that add the ranks' partials (RMSNorm + QKV, RMSNorm + SwiGLU, RMSNorm + LM head)
-launched with S times the rows and warps per program (up to 8 warps), so S times fewer programs each read every
-rank's fp32 partials.
+rank's floor) / points, points = 2 per layer + 1 for the logits. --sweep: then the launches of the kernels that add
+the ranks' partials under symm (RMSNorm + SwiGLU, + QKV, + LM head), which every program reads whole, so their
+best launch is not the floor's: their committed entries under the key + ("summed",) come from it.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import argparse
 import dataclasses
 import json
 import os
-from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -29,7 +27,7 @@ import torch.distributed as dist
 from llamafast.config import Backend, DType, SamplingConfig, TPComm
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine
-from llamafast.kernels.gemv import gemv_config, gemv_key
+from llamafast.kernels.gemv import GemvConfig, gemv_config, gemv_key
 from llamafast.load import random_model
 from llamafast.load.shard import Shard
 from llamafast.measure.common import copy_bandwidth, environment
@@ -97,30 +95,45 @@ def variants(ranks, model):
         yield comm.value, make_comm(comm, ranks, config, sharded, "graph")[0]
 
 
-@contextmanager
-def consumer_tiles(model, scale: int):
-    """The model's consumer kernels (the ones that add the ranks' partials) launched with `scale` times the rows and
-    warps (at most 8) per program at its shard's shapes, for the duration."""
+def consumer_weights(model) -> dict:
+    """The kernels that add the ranks' partials in symm's decode, by table, each with its weight at the shard's
+    shape; the one with the most programs first."""
     layer = model.layers[0]
-    weights = {"rmsnorm_qkv_rope": layer.attention.wqkv.weight, "rmsnorm_swiglu": layer.feed_forward.w1.weight,
-               "rmsnorm_lm_head": model.output.weight}
-    saved = {}
-    for table, w in weights.items():
-        launches, key = model.backend.launches[table], gemv_key(w)
-        cfg = gemv_config(launches, w)
-        saved[table] = (key, launches.get(key))
-        launches[key] = dataclasses.replace(cfg, block_n=cfg.block_n * scale, num_warps=min(8, cfg.num_warps * scale))
-    try:
-        yield {t: dataclasses.asdict(model.backend.launches[t][k]) for t, (k, _) in saved.items()}
-    finally:
-        for table, (key, old) in saved.items():
-            if old is None:
-                del model.backend.launches[table][key]
-            else:
-                model.backend.launches[table][key] = old
+    return {"rmsnorm_swiglu": layer.feed_forward.w1.weight, "rmsnorm_qkv_rope": layer.attention.wqkv.weight,
+            "rmsnorm_lm_head": model.output.weight}
 
 
-def under_torchrun(shape: str, scales: list[int]):
+def scaled(cfg: GemvConfig, pair: bool) -> list[GemvConfig]:
+    """cfg with 1/2 to 4 times its rows and warps per program (at most 8 warps), each program's fp32 tile at most
+    128 registers a thread (block_n * block_k, x2 for a pair, over the threads)."""
+    out = []
+    for num, den in ((1, 2), (1, 1), (2, 1), (4, 1)):
+        bn, warps = cfg.block_n * num // den, max(1, min(8, cfg.num_warps * num // den))
+        new = dataclasses.replace(cfg, block_n=bn, num_warps=warps)
+        if bn >= 2 and bn * cfg.block_k * (2 if pair else 1) <= 128 * 32 * warps and new not in out:
+            out.append(new)
+    return out
+
+
+def sweep_consumers(model, timed) -> tuple[list[dict], dict]:
+    """Each consumer's launch under symm (the table key + ("summed",)), one kernel at a time, the others at their
+    best so far: every candidate of `scaled` timed over the whole graphed step. Returns (rows, winners)."""
+    rows, winners = [], {}
+    for table, w in consumer_weights(model).items():
+        launches, key = model.backend.launches[table], (*gemv_key(w), "summed")
+        best = None
+        for cfg in scaled(gemv_config(launches, w, summed=True), table == "rmsnorm_swiglu"):
+            launches[key] = cfg
+            ms = timed()
+            rows.append({"kernel": table, "key": list(key), "config": dataclasses.asdict(cfg), "ms_per_token": ms})
+            if best is None or ms < best[0]:
+                best = (ms, cfg)
+        launches[key] = best[1]
+        winners[table] = {"key": list(key), "config": dataclasses.asdict(best[1]), "ms_per_token": best[0]}
+    return rows, winners
+
+
+def under_torchrun(shape: str, sweep: bool):
     """Every variant on every rank; returns (ranks, the leader's rows)."""
     ranks = setup(None)
     model = random_model(shape, ranks.device, DType.bfloat16, Backend.triton, shard=ranks.shard).model
@@ -143,15 +156,21 @@ def under_torchrun(shape: str, scales: list[int]):
                 floor - min(every)) / points))
         else:
             steps.append(_step(name, ms, ranks.leader, us_per_point=1e3 * (ms - floor) / points))
-    config, sharded = model.config, model.shard.vocab_sharded(model.config)
-    for scale in scales:
-        with consumer_tiles(model, scale) as launches:
-            ms, every = timed(NoComm())
-            own = max(every)
-            steps.append(_step(f"none, consumers x{scale}", ms, ranks.leader, slowest_rank_ms=own, launches=launches))
-            ms, _ = timed(make_comm(TPComm.symm, ranks, config, sharded, "graph")[0])
-            steps.append(_step(f"symm, consumers x{scale}", ms, ranks.leader, us_per_point=1e3 * (ms - floor) / points,
-                               over_own_floor_us=1e3 * (ms - own) / points, launches=launches))
+    if sweep:
+        config, sharded = model.config, model.shard.vocab_sharded(model.config)
+        comm = make_comm(TPComm.symm, ranks, config, sharded, "graph")[0]
+
+        def symm_ms():
+            every = timed(comm)[1]
+            return max(every)
+
+        rows, winners = sweep_consumers(model, symm_ms)
+        for r in rows:
+            if ranks.leader:
+                print(f"  {r['kernel']:18} {r['config']}: {r['ms_per_token']:.3f} ms/token", flush=True)
+        ms = timed(comm)[0]
+        steps.append(_step("symm, swept consumers", ms, ranks.leader, us_per_point=1e3 * (ms - floor) / points,
+                           sweep=rows, winners=winners))
     return ranks, steps
 
 
@@ -160,12 +179,12 @@ def main() -> None:
     parser.add_argument("--shape", default="llama-2-7b")
     parser.add_argument("--out", required=True, help="the JSON report")
     parser.add_argument("--world", type=int, default=2, help="without torchrun: the tensor-parallel size whose rank 0 is timed")
-    parser.add_argument("--consumer-tiles", default="", help="under torchrun: also the floor and symm with the "
-                        "consumers' rows and warps per program scaled by each of these (comma-separated)")
+    parser.add_argument("--sweep", action="store_true", help="under torchrun: then sweep the launches of symm's "
+                        "consumers (consumer_weights) and time symm with the winners")
     a = parser.parse_args()
     torchrun = "WORLD_SIZE" in os.environ
     if torchrun:
-        ranks, steps = under_torchrun(a.shape, [int(s) for s in a.consumer_tiles.split(",") if s])
+        ranks, steps = under_torchrun(a.shape, a.sweep)
         world, device, leader = ranks.shard.world, ranks.device, ranks.leader
     else:
         steps = one_gpu_steps(a.shape, a.world, torch.device("cuda"))[1]

@@ -28,12 +28,13 @@ TABLES: dict[str, dict[tuple[int, ...], Launch]] = COMMITTED
 GEMV_KERNELS = ["rmsnorm_qkv_rope", "linear_residual[wo]", "rmsnorm_swiglu", "linear_residual[w2]", "rmsnorm_lm_head"]
 
 # Every launch that won a full sweep at some Llama 2 shape: the committed tables' values (scripts/results/
-# tune_7b*.txt, tp/tune_tp2_*.json), read before any cached entry joins the tables. They are the quick list: 15
+# tune_7b*.txt, tp/tune_tp2_*.json; not the tensor-parallel consumers' "summed" ones), read before any cached
+# entry joins the tables. They are the quick list: 15
 # launches of the grid's 43 to 50 (9 of 29 to 37 for rmsnorm_swiglu's pair), which hold each of those 25 sweeps'
 # best by construction; a cut of the grid by rule instead (block_n <= 8, block_k >= 512, <= 4 warps) missed the
 # best in 5 of them, by up to 2.8%.
 _WINNERS = frozenset(launch for name, table in TABLES.items() if name != "decode_attention"
-                     for launch in table.values())
+                     for key, launch in table.items() if key[-1] != "summed")
 
 # (the kernel with its launch bound as configs={key: launch}, input sets) -> microseconds per call
 Timer = Callable[[Callable, list[Inputs]], float]

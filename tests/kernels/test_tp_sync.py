@@ -114,3 +114,28 @@ def test_qkv_consumer_sums_and_replays(dtype):
         torch.testing.assert_close(caches[0], caches[2], **tolerance(dtype))
         assert not peers[0].flags.any()
         peers[1].flags.zero_()  # rank 1's consumer is not run in this test
+
+
+def test_consumers_take_their_summed_launch():
+    """A consumer given the ranks' partials takes the table's key + ("summed",) launch where there is one, and the
+    plain key's otherwise; the same kernel on a plain input takes the plain key's."""
+    from kernels.gemv import GemvConfig, gemv_config
+
+    w = torch.zeros(64, 32)
+    plain, summed = GemvConfig(8, 32, 4), GemvConfig(16, 32, 4)
+    table = {(64, 32, 4): plain, (64, 32, 4, "summed"): summed}
+    assert gemv_config(table, w, summed=True) == summed and gemv_config(table, w) == plain
+    assert gemv_config({(64, 32, 4): plain}, w, summed=True) == plain
+
+    # The launch is read: a block_n that is no power of two cannot compile, under the summed key only.
+    torch.manual_seed(2)
+    world, c, f = 2, 32, 64
+    peers = simulated_peers(world, 1, c, 8)
+    x, g = rand(1, c, dtype=torch.float32), rand(c, dtype=torch.float32) + 1
+    w1, w3 = rand(f, c, dtype=torch.float32), rand(f, c, dtype=torch.float32)
+    broken = {(f, c, 4): GemvConfig(8, 32, 4), (f, c, 4, "summed"): GemvConfig(3, 32, 4)}
+    pending = [push_linear(rand(1, 16, dtype=torch.float32), W(rand(c, 16, dtype=torch.float32)), peers[r], 0, x)
+               for r in range(world)]
+    rmsnorm_swiglu(x, g, W(w1), W(w3), 1e-5, configs=broken)
+    with pytest.raises(Exception, match="power of 2"):
+        rmsnorm_swiglu(pending[0], g, W(w1), W(w3), 1e-5, configs=broken)
