@@ -9,7 +9,10 @@
 # device image lacks (python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl gguf,
 # and for the server fastapi opentelemetry-api starlette uvicorn pydantic pydantic_core annotated-types
 # annotated-doc typing-inspection typing_extensions, with --platform manylinux2014_x86_64),
-# and .testdata/ with ../shared/testdata's stories260K and llama2c (SmolLM2's 94 MB do not travel: its tests skip).
+# and .testdata/ with ../shared/testdata's stories260K and llama2c. SmolLM2's 94 MB do not fit one call's 64 MiB, so
+# its tests skip here; they run in two calls to the same machine: `split -n 2 -d FILE` into .gguf_parts/a/part and
+# .gguf_parts/b/part (ignored), carry the first and copy it to /tmp, then carry the second and `cat` both into
+# .testdata/smollm2/ (check its sha256) before `pytest -m gpu tests -k "smollm2 or SmolLM2 or gguf"`.
 # scripts/gpu_env.sh runs the project from this tree.
 set -uo pipefail
 cd "$(dirname "$0")/.."

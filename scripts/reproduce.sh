@@ -21,7 +21,7 @@ STAGES=(
   "quant|1 H100|quantized.md: Speed, Llama-2-7B bf16 beside its Q8_0, Q4_0 and Q4_1 copies|scripts/results/quant"
   "sparse|1 H100|sparse-ffn.md: Speed, per FFN call, its kernel split and launch sweep|scripts/results/sparse"
   "sparse-quality|CPU|sparse-ffn.md: Quality, SmolLM2 and stories260K|scripts/results/sparse/quality"
-  "tp|2 H100|tensor-parallel.md: Results, TP=2 (nccl, symm) against TP=1 at 7B, 13B and 70B, per-point costs, prompt TTFT|scripts/results/tp/h100x2_e297f2d"
+  "tp|2 H100|tensor-parallel.md: Results, TP=2 (nccl, symm) against TP=1 at 7B, 13B and 70B, per-point costs, prompt TTFT|scripts/results/tp/h100x2_1e915b5"
   "tp-floors|1 H200|tensor-parallel.md: the TP=2 floors, and tuning.md's shard launch tables|scripts/results/tp"
   "h200|1 H200|benchmarks.md: H200 (README's H200 rows), fp8.md's 7B and 70B on the H200|scripts/results/h200"
   "smollm2|1 H100|benchmarks.md: SmolLM2-135M on an H100, its kernels and greedy tokens|scripts/results/smollm2"
