@@ -4,7 +4,9 @@
 # then what times: `bench` under torchrun at 7B, 70B (where a GPU holds its 69 GB shard) and 13B with TP=2 symm
 # beside nccl and TP=1, scripts/profile_tp.py's cost per synchronisation point at each shape, and time to first
 # token at 4,000 tokens. A step that would not end inside the budget is skipped and says so. Writes each step's
-# raw output into OUTDIR and a summary.md of the figures. Naming steps runs only those.
+# raw output into OUTDIR and a summary.md of the figures. Naming steps runs only those; sweep_7b, sweep_13b and
+# sweep_70b (profile_tp.py --sweep: the launches of symm's consumers, whose winners go into the kernels' "summed"
+# entries by hand) run only when named, as on GPUs other than those the committed entries were swept on.
 #   bash scripts/tp_check.sh OUTDIR [BUDGET_S [STEP ...]]
 # Needs .whl/ beside the checkout as scripts/gpu_check.sh does (the gguf wheel).
 set -uo pipefail
@@ -53,6 +55,11 @@ step bench_13b 80 $tr -m llamafast bench --random-weights --shape llama-2-13b --
 for shape in 7b 13b 70b; do
   step "profile_$shape" 90 $tr scripts/profile_tp.py --shape "llama-2-$shape" --out "$out/profile_$shape.json"
 done
+for shape in 7b 13b 70b; do
+  if [[ "$only" == *" sweep_$shape "* ]]; then  # 33, 40 and 121 s on two H100s (scripts/results/tp/h100x2_sweep)
+    step "sweep_$shape" 240 $tr scripts/profile_tp.py --shape "llama-2-$shape" --sweep --out "$out/sweep_$shape.json"
+  fi
+done
 step prefill_7b 100 $tr -m llamafast bench --random-weights --shape llama-2-7b --prefill --prompt-lens 4000 \
   --reps 5 --backend triton --out "$out/tp2_prefill_7b.json"
 
@@ -70,6 +77,11 @@ for name in ("tests_sync", "tests_tp"):
     if path.is_file():
         tail = [s for s in path.read_text().splitlines() if s.strip()]
         print(f"- {name}: {tail[-1] if tail else 'no output'}")
+for shape in ("7b", "13b", "70b"):
+    path = out / f"sweep_{shape}.json"
+    if path.is_file():
+        for kernel, w in json.loads(path.read_text())["steps"][-1]["winners"].items():
+            print(f"- sweep {shape} {kernel} {w['key']}: {w['config']}, {w['ms_per_token']:.3f} ms/token")
 for shape in ("7b", "13b", "70b"):
     path = out / f"profile_{shape}.json"
     if path.is_file():
