@@ -20,9 +20,9 @@ H100s (NV18), Llama-2-7B / 13B / 70B: NCCL's all-reduce 9.9 / 11.1 / 9.3 us; thi
 launches of their own (gemv_config's "summed" key) 6.0 / -2.0 / 7.4 us (scripts/results/tp/h100x2_1e915b5; 13B's
 floor runs the floor's slower launches), and with the floor's launches 8.9 / 1.9 / 15.2 us (h100x2_4ff06c3);
 the last producer fencing with an acq_rel atomic and releasing each flag (three MEMBAR.SYS in a row) 11.1 / 4.3 /
-17.7 us; consumers that wait for the flag alone, not also for the
-producer's grid (skipping PDL's griddepcontrol.wait), 8.6 / 2.2 / 15.9 us: 0.3 us won at 7B, 0.3 and 0.7 lost
-at 13B and 70B, so they wait for both. Earlier, on 2 H200s (h200x2_flags, h200x2_tagged, h200x2_variants), 7B /
+17.7 us; consumers that wait for the flag alone, not also for the producer's grid (skipping PDL's
+griddepcontrol.wait), 8.6 / 2.2 / 15.9 us: 0.3 us won at 7B, 0.3 and 0.7 lost at 13B and 70B, so they wait for
+both. Earlier, on 2 H200s (h200x2_flags, h200x2_tagged, h200x2_variants), 7B /
 13B: the consumer polling with acquire loads and launched with PDL (its first weight tile read before the waits)
 9.5 / 0.8 us, the same without PDL 8.2 / 3.3 us, so PDL is kept, as on one GPU. Every push program releasing its
 own arrival on every rank (no ticket) 14.3 / 8.8 us; every program's ticket at system scope 8.6 / 4.8 us; wider

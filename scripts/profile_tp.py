@@ -31,6 +31,7 @@ from llamafast.kernels.gemv import GemvConfig, gemv_config, gemv_key
 from llamafast.load import random_model
 from llamafast.load.shard import Shard
 from llamafast.measure.common import copy_bandwidth, environment
+from llamafast.tuning.sweep import gemv_candidates
 from llamafast.tp.comm import make_comm
 from llamafast.tp.dist import setup
 
@@ -103,14 +104,14 @@ def consumer_weights(model) -> dict:
             "rmsnorm_lm_head": model.output.weight}
 
 
-def scaled(cfg: GemvConfig, pair: bool) -> list[GemvConfig]:
-    """cfg with 1/2 to 4 times its rows and warps per program (at most 8 warps), each program's fp32 tile at most
-    128 registers a thread (block_n * block_k, x2 for a pair, over the threads)."""
-    out = []
+def scaled(cfg: GemvConfig, pair: bool, fp8: bool) -> list[GemvConfig]:
+    """cfg itself and cfg with 1/2, 2 or 4 times its rows and warps per program (at most 8 warps), those of the
+    decode GEMVs' launch grid (tuning.sweep.gemv_candidates: no fp32 tile that spills)."""
+    grid, out = gemv_candidates(pair, fp8), []
     for num, den in ((1, 2), (1, 1), (2, 1), (4, 1)):
-        bn, warps = cfg.block_n * num // den, max(1, min(8, cfg.num_warps * num // den))
-        new = dataclasses.replace(cfg, block_n=bn, num_warps=warps)
-        if bn >= 2 and bn * cfg.block_k * (2 if pair else 1) <= 128 * 32 * warps and new not in out:
+        warps = max(1, min(8, cfg.num_warps * num // den))
+        new = dataclasses.replace(cfg, block_n=cfg.block_n * num // den, num_warps=warps)
+        if (new == cfg or new in grid) and new not in out:
             out.append(new)
     return out
 
@@ -122,7 +123,7 @@ def sweep_consumers(model, timed) -> tuple[list[dict], dict]:
     for table, w in consumer_weights(model).items():
         launches, key = model.backend.launches[table], (*gemv_key(w), "summed")
         best = None
-        for cfg in scaled(gemv_config(launches, w, summed=True), table == "rmsnorm_swiglu"):
+        for cfg in scaled(gemv_config(launches, w, summed=True), table == "rmsnorm_swiglu", key[2] == 1):
             launches[key] = cfg
             ms = timed()
             rows.append({"kernel": table, "key": list(key), "config": dataclasses.asdict(cfg), "ms_per_token": ms})
@@ -165,9 +166,8 @@ def under_torchrun(shape: str, sweep: bool):
             return max(every)
 
         rows, winners = sweep_consumers(model, symm_ms)
-        for r in rows:
-            if ranks.leader:
-                print(f"  {r['kernel']:18} {r['config']}: {r['ms_per_token']:.3f} ms/token", flush=True)
+        for r in rows if ranks.leader else ():
+            print(f"  {r['kernel']:18} {r['config']}: {r['ms_per_token']:.3f} ms/token", flush=True)
         ms = timed(comm)[0]
         steps.append(_step("symm, swept consumers", ms, ranks.leader, us_per_point=1e3 * (ms - floor) / points,
                            sweep=rows, winners=winners))
