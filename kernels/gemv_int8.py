@@ -9,6 +9,13 @@ multiplies and sums each pair of words in one instruction, and each block's inte
 Q5_K's and Q6_K's bits above the nibble (a plane after the nibbles, docs/quantized.md) are merged into each word's
 bytes in registers first, so dp4a multiplies whole 5- and 6-bit integers.
 
+The activations come from quantize_activation.py's pass, or, where the launch says so (GemvConfig.own_int8), each
+tile rounds x itself with the same arithmetic (_own_blocks): every program repeats that work, and the launch before
+the GEMV is gone. Tuning picks per shape. On an H100, at SmolLM2-135M's (K 576, Q4_1 and Q8_0) RMSNorm +
+QKV, wo and RMSNorm + SwiGLU took 1.6-2.6 us rounding their own against 2.3-3.2 with the pass; at Llama-2-7B's
+(Q4_0) the layers' GEMVs took 6.4-22.1 against 6.3-21.0, its Q8_0 LM head 45.5 against 47.5
+(scripts/experiments/own_int8_ab_*.txt).
+
 At Llama-2-7B's shapes on an H100 this runs the Q4_0 GEMVs at 60-86% of copy bandwidth where unpacking each weight
 to fp32 (gemv_blocks.py) ran them at 40-63%, and Q8_0 at 76-101% against 68-96% (scripts/experiments/dp4a_gemv.txt)."""
 
@@ -21,7 +28,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from ._common import INTERPRET
 from .gemv_blocks import block_scales
 from .gemv_kquants import k_scales
-from .quantize_activation import workspace_parts
+from .quantize_activation import rint, workspace_parts
 
 _ASM = tl.constexpr(not INTERPRET)
 # One Q4 word holds 8 weights: its low nibbles are 4 consecutive weights of a block, its high ones the 4 that lie
@@ -77,11 +84,12 @@ def _byte_sums(x):
 
 
 @triton.jit
-def dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, rows, row_mask, K, stride_wn,
+def dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, rows, row_mask, K, stride_wn,
              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
              EVEN_K: tl.constexpr, FMT: tl.constexpr, PDL: tl.constexpr):
-    """dot_rows for FMT 3 (Q8_0), 4 (Q4_0), 5 (Q4_1), 6-8 (Q4_K, Q5_K, Q6_K) with x the int8 workspace; sum(x^2)
-    comes from it (NORM)."""
+    """dot_rows for FMT 3 (Q8_0), 4 (Q4_0), 5 (Q4_1), 6-8 (Q4_K, Q5_K, Q6_K) with x the int8 workspace, whose
+    sum(x^2) comes with it (NORM), or x itself (float, times g when NORM), which each tile rounds to the same int8
+    blocks in registers (_own_blocks)."""
     NB: tl.constexpr = BLOCK_K // 32
     C: tl.constexpr = BLOCK_K // 4 if FMT == 3 else BLOCK_K // 8  # weight words per tile row
     offs = rows[:, None].to(tl.int64) * stride_wn
@@ -96,16 +104,16 @@ def dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, rows, row_mask, K, stride_wn,
         if PAIR:
             w2 = _words(w2_rows, 0, K, row_mask, EVEN_K, C, FMT)
         gdc_wait()
-        acc, acc2, ss = _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, 0, K, row_mask, acc, acc2, ss, BLOCK_N, BLOCK_K,
-                              NORM, PAIR, EVEN_K, FMT)
+        acc, acc2, ss = _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, g_ptr, 0, K, row_mask, acc, acc2, ss, BLOCK_N,
+                              BLOCK_K, NORM, PAIR, EVEN_K, FMT)
         start = BLOCK_K
     for k0 in range(start, K, BLOCK_K):  # its own names: the weight words are not carried from step to step
         wk = _words(w_rows, k0, K, row_mask, EVEN_K, C, FMT)
         wk2 = wk
         if PAIR:
             wk2 = _words(w2_rows, k0, K, row_mask, EVEN_K, C, FMT)
-        acc, acc2, ss = _tile(wk, wk2, s_ptr, s2_ptr, rows, x_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N, BLOCK_K,
-                              NORM, PAIR, EVEN_K, FMT)
+        acc, acc2, ss = _tile(wk, wk2, s_ptr, s2_ptr, rows, x_ptr, g_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N,
+                              BLOCK_K, NORM, PAIR, EVEN_K, FMT)
     return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
 
 
@@ -144,14 +152,33 @@ def _merged(w, h, FMT: tl.constexpr):
 
 
 @triton.jit
-def _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N: tl.constexpr,
+def _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, g_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N: tl.constexpr,
           BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
     """The tile at k0 of the weight words w (and w2) added to acc (acc2), its blocks' sum(x^2) to ss."""
-    xq_ptr, dx_ptr, xs_ptr, ss_ptr = workspace_parts(x_ptr, K)
     NB: tl.constexpr = BLOCK_K // 32
     C: tl.constexpr = BLOCK_K // 4 if FMT == 3 else BLOCK_K // 8
-    c = tl.arange(0, C)
     bk = k0 // 32 + tl.arange(0, NB)
+    if x_ptr.dtype.element_ty == tl.int8:
+        xa, xb, dx, xs, ss_tile = _workspace_blocks(x_ptr, k0, K, bk, NB, C, NORM, FMT)
+    else:
+        xa, xb, dx, xs, ss_tile = _own_blocks(x_ptr, g_ptr, k0, K, NB, NORM, EVEN_K, FMT)
+    if FMT == 8:  # Q6_K scales each half of a block: the sums of the activations of each
+        xs = (tl.sum(tl.reshape(_byte_sums(xa), (NB, C // NB)), axis=1),
+              tl.sum(tl.reshape(_byte_sums(xb), (NB, C // NB)), axis=1))
+    if NORM:
+        ss += ss_tile
+    acc += _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
+    if PAIR:
+        acc2 += _blocks(w2, s2_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
+    return acc, acc2, ss
+
+
+@triton.jit
+def _workspace_blocks(x_ptr, k0, K, bk, NB: tl.constexpr, C: tl.constexpr, NORM: tl.constexpr, FMT: tl.constexpr):
+    """The tile's activation words (xa: a Q4 word's low nibbles', xb: its high ones'), block scales, block sums of
+    q and of x^2 (NORM), read from quantize_activation.py's workspace."""
+    xq_ptr, dx_ptr, xs_ptr, ss_ptr = workspace_parts(x_ptr, K)
+    c = tl.arange(0, C)
     bmask = bk < K // 32
     xw = k0 // 4 + c if FMT == 3 else k0 // 4 + (c // 4) * 8 + c % 4  # Q4: the low nibbles' activation word
     cmask = (k0 // 4 + c < K // 4) if FMT == 3 else (k0 // 8 + c < K // 8)
@@ -159,18 +186,41 @@ def _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, k0, K, row_mask, acc, acc2, ss, BLO
     xb = xa
     if FMT != 3:
         xb = tl.load(xq_ptr + xw + 4, mask=cmask, other=0)
-    dx = tl.load(dx_ptr + bk, mask=bmask, other=0.0)
-    if FMT == 8:  # Q6_K scales each half of a block: the sums of the activations of each
-        xs = (tl.sum(tl.reshape(_byte_sums(xa), (NB, C // NB)), axis=1),
-              tl.sum(tl.reshape(_byte_sums(xb), (NB, C // NB)), axis=1))
-    else:
-        xs = tl.load(xs_ptr + bk, mask=bmask, other=0)
+    ss = tl.zeros((NB,), dtype=tl.float32)
     if NORM:
-        ss += tl.load(ss_ptr + bk, mask=bmask, other=0.0)
-    acc += _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
-    if PAIR:
-        acc2 += _blocks(w2, s2_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
-    return acc, acc2, ss
+        ss = tl.load(ss_ptr + bk, mask=bmask, other=0.0)
+    xs = tl.zeros((NB,), dtype=tl.int32)
+    if FMT != 8:  # Q6_K sums each half's activations itself (_tile)
+        xs = tl.load(xs_ptr + bk, mask=bmask, other=0)
+    return xa, xb, tl.load(dx_ptr + bk, mask=bmask, other=0.0), xs, ss
+
+
+@triton.jit
+def _own_blocks(x_ptr, g_ptr, k0, K, NB: tl.constexpr, NORM: tl.constexpr, EVEN_K: tl.constexpr,
+                FMT: tl.constexpr):
+    """_workspace_blocks' values made from x (times g) in registers: quantize_activation.py's arithmetic on the
+    tile's NB blocks, packed four bytes to a word in the workspace's order. Every program rounds its tile again,
+    which costs ALU where a quantize pass costs a launch (GemvConfig.own_int8)."""
+    k = k0 + tl.arange(0, NB * 32)
+    kmask = k < K if not EVEN_K else tl.full(k.shape, True, tl.int1)
+    v = tl.reshape(tl.load(x_ptr + k, mask=kmask, other=0.0).to(tl.float32), (NB, 32))
+    ss = tl.zeros((NB,), dtype=tl.float32)
+    if NORM:
+        ss = tl.sum(v * v, axis=1)
+        v = v * tl.reshape(tl.load(g_ptr + k, mask=kmask, other=0.0).to(tl.float32), (NB, 32))
+    amax = tl.max(tl.abs(v), axis=1)
+    inv = tl.where(amax > 0, tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), amax), 0.0)
+    q = rint(v * inv[:, None])
+    dx = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
+    shifts = (8 * tl.arange(0, 4))[None, None, :]
+    words = tl.sum((tl.reshape(q, (NB, 8, 4)) & 0xFF) << shifts, axis=2)  # disjoint bytes: the sum is their OR
+    if FMT == 3:
+        xa = tl.reshape(words, (NB * 8,))
+        xb = xa
+    else:  # a block's words 0-3 meet the low nibbles, 4-7 the high ones
+        xa, xb = tl.split(tl.permute(tl.reshape(words, (NB, 2, 4)), (0, 2, 1)))
+        xa, xb = tl.reshape(xa, (NB * 4,)), tl.reshape(xb, (NB * 4,))
+    return xa, xb, dx, tl.sum(q, axis=1), ss
 
 
 @triton.jit

@@ -75,6 +75,7 @@ def linear_residual(x: torch.Tensor, w: Weight, residual: torch.Tensor, configs=
     cfg = gemv_config(CONFIGS if configs is None else configs, w)
     grid = (cdiv(n, cfg.block_n),)
     _linear_residual_kernel[grid](
-        gemv_input(x, w), w.data, scale_arg(w), residual, out, n, k, w.data.stride(0), **launch_args(cfg, w, pdl=True),
+        gemv_input(x, w, cfg), w.data, scale_arg(w), residual, out, n, k, w.data.stride(0),
+        **launch_args(cfg, w, pdl=True),
     )
     return out

@@ -7,11 +7,16 @@ sum per block to a float, where unpacking every weight to fp32 kept them at 39-6
 (scripts/experiments/dp4a_gemv.txt). RMSNorm's scale is one number per row, applied to the GEMV's row sums, so the
 statistic sum(x^2) travels beside the blocks, one partial sum per block (the GEMV adds them up as it walks K).
 
+Where its launch says so (GemvConfig.own_int8), the GEMV rounds x itself instead, with this arithmetic
+(gemv_int8._own_blocks), and this pass is not launched.
+
 The workspace, one int8 tensor: q (K bytes) | d (K/32 fp32) | sum of q per block (K/32 int32) | sum(x^2) per
 block (K/32 fp32, when the op norms).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 import triton
@@ -21,6 +26,9 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from llamafast.config import QK, Weight
 
 from ._common import INTERPRET, pdl_capable
+
+if TYPE_CHECKING:
+    from .gemv import GemvConfig
 
 _ASM = tl.constexpr(not INTERPRET)
 
@@ -36,7 +44,7 @@ def workspace_parts(ws_ptr, K):
 
 
 @triton.jit
-def _rint(v):
+def rint(v):
     """v rounded to the nearest integer, ties to even (torch.round), as int32."""
     if _ASM:
         return tl.inline_asm_elementwise("cvt.rni.s32.f32 $0, $1;", "=r,r", [v], dtype=tl.int32, is_pure=True,
@@ -61,7 +69,7 @@ def _quantize_activation_kernel(x_ptr, g_ptr, ws_ptr, K, NORM: tl.constexpr, BLO
         v = v * tl.reshape(tl.load(g_ptr + k, mask=k < K, other=0.0).to(tl.float32), (BLOCK // 32, 32))
     amax = tl.max(tl.abs(v), axis=1)
     inv = tl.where(amax > 0, tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), amax), 0.0)
-    q = _rint(v * inv[:, None])
+    q = rint(v * inv[:, None])
     tl.store(ws_ptr + k, tl.reshape(q, (BLOCK,)).to(tl.int8), mask=k < K)
     tl.store(d_ptr + b, tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32)), mask=b < K // 32)
     tl.store(s_ptr + b, tl.sum(q, axis=1), mask=b < K // 32)
@@ -84,7 +92,8 @@ def int8_activation(x: torch.Tensor, norm_w: torch.Tensor | None = None) -> torc
     return ws
 
 
-def gemv_input(x: torch.Tensor, w: Weight, norm_w: torch.Tensor | None = None) -> torch.Tensor:
-    """What a decode GEMV of w reads as its input: int8 blocks of x (times norm_w) where w takes them
-    (Weight.int8_activations), else x itself. gemv.dot_rows tells the two apart by the pointer's dtype."""
-    return int8_activation(x, norm_w) if w.int8_activations else x
+def gemv_input(x: torch.Tensor, w: Weight, cfg: GemvConfig, norm_w: torch.Tensor | None = None) -> torch.Tensor:
+    """What a decode GEMV of w launched with cfg reads as its input: int8 blocks of x (times norm_w) where w takes
+    them (Weight.int8_activations) from a pass before it, else x itself (float weights, or cfg.own_int8: the GEMV
+    rounds x itself). gemv.dot_rows tells the two apart by the pointer's dtype."""
+    return int8_activation(x, norm_w) if w.int8_activations and not cfg.own_int8 else x

@@ -73,7 +73,7 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float
     out = torch.empty((1, v), device=x.device, dtype=torch.float32)
     cfg = gemv_config(CONFIGS if configs is None else configs, w, summed=summed)
     _rmsnorm_lm_head_kernel[(cdiv(v, cfg.block_n),)](
-        gemv_input(x, w, norm_w), norm_w, w.data, scale_arg(w), out, v, c, w.data.stride(0), eps,
+        gemv_input(x, w, cfg, norm_w), norm_w, w.data, scale_arg(w), out, v, c, w.data.stride(0), eps,
         **launch_args(cfg, w, pdl=True),
         **parts,
     )

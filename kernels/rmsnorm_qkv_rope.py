@@ -124,7 +124,7 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     while tail is not None and head.shape[0] % block_n:  # a program's rows are all the head's or all the tail's
         block_n //= 2
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
-        gemv_input(x, wqkv, norm_w), norm_w, head.data, scale_arg(head), cos, sin, pos, q, k_cache, v_cache,
+        gemv_input(x, wqkv, cfg, norm_w), norm_w, head.data, scale_arg(head), cos, sin, pos, q, k_cache, v_cache,
         n, c, qd, kvh * d, head.data.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
         HEAD_DIM=d, **launch_args(cfg, head, block_n, pdl=tail is None), **parts, **_tail_args(head, tail),
     )

@@ -88,7 +88,7 @@ def rmsnorm_swiglu(x, norm_w, w1: Weight, w3: Weight, eps, configs=None):
     out = torch.empty((1, f), device=x.device, dtype=x.dtype)
     cfg = gemv_config(CONFIGS if configs is None else configs, w1, summed=bool(parts))
     _rmsnorm_swiglu_kernel[(cdiv(f, cfg.block_n),)](
-        gemv_input(x, w1, norm_w), norm_w, a, b, scale_arg(w1), scale_arg(w3), out,
+        gemv_input(x, w1, cfg, norm_w), norm_w, a, b, scale_arg(w1), scale_arg(w3), out,
         f, c, a.stride(0), eps, **launch_args(cfg, w1, pdl=True), **parts
     )
     return out

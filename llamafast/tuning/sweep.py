@@ -5,6 +5,7 @@ first use (tuning/__init__.py) runs the quick list, small enough for a few secon
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Callable
@@ -46,10 +47,11 @@ def table_name(kernel: str) -> str:
     return kernel.partition("[")[0]
 
 
-def gemv_candidates(pair: bool, fp8: bool, quick: bool = False) -> list[GemvConfig]:
+def gemv_candidates(pair: bool, fp8: bool, quick: bool = False, blocks: bool = False) -> list[GemvConfig]:
     """The full grid: up to 64 fp32 accumulators per thread (beyond, registers spill) and at least 8 weights per
     thread per tile; pair: two weight tiles per step (rmsnorm_swiglu). quick: only those of its launches that won
-    a full sweep at some Llama 2 shape."""
+    a full sweep at some Llama 2 shape. blocks (block-format weights): each launch also with its GEMV rounding its
+    own int8 activations (GemvConfig.own_int8)."""
     out = []
     block_ks = [256, 512, 1024, 2048] if fp8 else [128, 256, 512, 1024]
     for bn, bk, w in itertools.product([2, 4, 8, 16, 32], block_ks, [1, 2, 4, 8]):
@@ -57,7 +59,7 @@ def gemv_candidates(pair: bool, fp8: bool, quick: bool = False) -> list[GemvConf
         launch = GemvConfig(bn, bk, w)
         if 8 <= per_thread <= 64 and bk * bn >= 8 * 32 * w and (not quick or launch in _WINNERS):
             out.append(launch)
-    return out
+    return [*out, *(dataclasses.replace(launch, own_int8=True) for launch in out)] if blocks else out
 
 
 def attention_candidates(quick: bool = False) -> list[AttentionConfig]:
@@ -86,7 +88,8 @@ def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.de
           fp8: FP8Format | WeightFormat | None = None, context: int = 1, quick: bool = False,
           timer: Timer = graph_timer, most_sets: int | None = None) -> Sweep:
     """Times REGISTRY[kernel] at config's shape (context: attention's positions) with each candidate launch and
-    the default for the shape; fp8: FP8 or block weights (their candidates are the 1-byte ones). On a GPU the calls cycle through enough input sets to flush L2 between them (at
+    the default for the shape; fp8: FP8 or block weights (their candidates are the 1-byte ones, each also with
+    GemvConfig.own_int8). On a GPU the calls cycle through enough input sets to flush L2 between them (at
     most most_sets); elsewhere (Triton's interpreter) there is one set."""
     spec = REGISTRY[kernel]
     nbytes = spec.bytes_moved(config, dtype, context, fp8)
@@ -94,11 +97,14 @@ def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.de
     sets = input_sets(make, nbytes, most_sets) if device.type == "cuda" else [make()]
     key, default = _key_and_default(kernel, sets[0][0])
     if kernel == "decode_attention":
-        candidates = attention_candidates(quick)
+        candidates = [*attention_candidates(quick), default]
     else:
-        candidates = gemv_candidates(kernel == "rmsnorm_swiglu", fp8 is not None, quick)
+        blocks = isinstance(fp8, WeightFormat) and fp8.is_block
+        candidates = [*gemv_candidates(kernel == "rmsnorm_swiglu", fp8 is not None, quick, blocks), default]
+        if blocks:
+            candidates.append(dataclasses.replace(default, own_int8=True))
     times, failed = {}, {}
-    for launch in dict.fromkeys([*candidates, default]):
+    for launch in dict.fromkeys(candidates):
         try:
             times[launch] = timer(functools.partial(spec.kernel, configs={key: launch}), sets)
         except Exception as e:  # noqa: BLE001 (a launch the compiler rejects: registers, shared memory, ...)

@@ -28,9 +28,11 @@ from ..kernels.common import DEVICE, ODD, tolerance
 
 def cost(launch) -> float:
     """The fake timer's microseconds: larger tiles, more warps and fewer splits are faster (large tiles are also
-    quick in the interpreter); then smaller blocks, so that no two launches tie."""
+    quick in the interpreter); then smaller blocks, then a GEMV that rounds its own int8 activations, so that no
+    two launches tie."""
     if isinstance(launch, GemvConfig):
-        return 1e4 / (launch.block_n * launch.block_k) - launch.num_warps * 1e-3 + launch.block_n * 1e-6
+        return (1e4 / (launch.block_n * launch.block_k) - launch.num_warps * 1e-3 + launch.block_n * 1e-6
+                - launch.own_int8 * 1e-7)
     return launch.n_splits + launch.block_s * 1e-3
 
 
@@ -137,8 +139,11 @@ def test_committed_entries_are_never_overridden_and_known_keys_not_tuned():
     "not json {", '{"version": 1, "launches": [{"table": "nope"}]}', '["a list"]',
     '{"version": 1, "launches": [{"table": "rmsnorm_swiglu", "key": [200, 96, 4], '
     '"launch": {"block_n": 3, "block_k": 64, "num_warps": 2, "num_stages": 1}, "us": 1.0}]}',
+    '{"version": 1, "launches": [{"table": "rmsnorm_swiglu", "key": [200, 96, 4], '
+    '"launch": {"block_n": 4, "block_k": 64, "num_warps": 2, "num_stages": 1, "own_int8": true}, "us": 1.0}]}',
     "[" * 100_000 + "]" * 100_000,
-], ids=["not-json", "unknown-table", "not-a-dict", "block-not-pow2", "nested-beyond-recursion"])
+], ids=["not-json", "unknown-table", "not-a-dict", "block-not-pow2", "own-int8-of-float-weights",
+        "nested-beyond-recursion"])
 def test_a_corrupt_cache_is_a_warning_and_a_retune(content, capsys):
     model = odd_model()
     path = tuning.prepare(model, FakeTimer()).path
@@ -293,8 +298,9 @@ def test_block_weights_are_tuned_under_keys_that_name_their_format():
         (config.qkv_dim, config.dim, "q4_0"), (config.dim, config.dim, "q4_0"), (224, config.dim, "q4_0"),
         (config.dim, 224, "q4_0"), (config.vocab_size, config.dim, "q8_0")}
     default = gemv_config({}, tuned.layers[0].feed_forward.w2.w)  # swept beside the 1-byte quick list
-    best = min([*gemv_candidates(pair=False, fp8=True, quick=True), default], key=cost)
-    assert done.launches[("linear_residual", (config.dim, 224, "q4_0"))].launch == best
+    own_default = dataclasses.replace(default, own_int8=True)
+    best = min([*gemv_candidates(pair=False, fp8=True, quick=True, blocks=True), default, own_default], key=cost)
+    assert best.own_int8 and done.launches[("linear_residual", (config.dim, 224, "q4_0"))].launch == best
     again = model()
     assert tuning.prepare(again, timer).missing == [] and again.backend.launches == tuned.backend.launches
     ref = with_backend(tuned, Backend.reference).set_int8_activations(True)  # the kernels' arithmetic

@@ -3,6 +3,8 @@ Llama-2 7B/13B/70B shapes on a GPU (marked gpu)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -56,6 +58,14 @@ K_SHAPES = [
 BLOCK_CASES = [pytest.param(p.values[0], fmt, id=f"{p.id}-{fmt.value}", marks=p.marks)
                for shapes, fmts in ((BLOCK_SHAPES, BLOCKS), (K_SHAPES, K_QUANTS)) for p in shapes for fmt in fmts]
 BLOCK_DTYPES = [torch.float32, torch.float16, *([torch.bfloat16] if ON_GPU else [])]
+
+
+def launches(w) -> tuple:
+    """w's default launch, and the same launch rounding its own int8 activations (GemvConfig.own_int8)."""
+    from llamafast.kernels.gemv import gemv_config
+
+    default = gemv_config({}, w)
+    return default, dataclasses.replace(default, own_int8=True)
 
 
 def tolerance(dtype: torch.dtype) -> dict:

@@ -13,7 +13,9 @@ from llamafast.kernels import linear_residual, rmsnorm_lm_head, rmsnorm_swiglu
 from llamafast.measure.registry import REGISTRY
 from llamafast.quant import FP8Format
 
-from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, K_QUANTS, SHAPES, tolerance
+from llamafast.kernels.gemv import gemv_key
+
+from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, K_QUANTS, SHAPES, launches, tolerance
 
 GEMVS = [name for name, spec in REGISTRY.items() if spec.kernel in (linear_residual, rmsnorm_swiglu, rmsnorm_lm_head)]
 # The registry's kernels tested by their own modules: test_rmsnorm_qkv_rope, test_decode_attention, test_sparse_ffn.
@@ -41,6 +43,20 @@ def test_matches_reference(config, dtype, fp8, name):
 def test_block_formats_match_reference(config, dtype, fmt, name):
     """Block weights against int8 activations (gemv_int8.py) and the reference's model of that arithmetic."""
     assert_matches_reference(REGISTRY[name], config, dtype, fmt)
+
+
+@pytest.mark.parametrize("name", GEMVS)
+@pytest.mark.parametrize("config,fmt", BLOCK_CASES)
+def test_own_int8_equals_the_quantize_pass(config, fmt, name):
+    """GemvConfig.own_int8: each tile rounds x (times RMSNorm's weight) to int8 blocks itself, the same integers
+    and scales the quantize pass writes, so the results agree to fp32 summation order, and with the reference."""
+    spec = REGISTRY[name]
+    args, kw = spec.make_inputs(config, torch.float32, DEVICE, 1, fmt)
+    w = args[1] if name.startswith("linear_residual") else args[2]
+    passed, own = launches(w)
+    got = spec.kernel(*args, **kw, configs={gemv_key(w): own})
+    torch.testing.assert_close(got, spec.kernel(*args, **kw, configs={gemv_key(w): passed}), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, spec.reference(*args, **kw), **tolerance(torch.float32))
 
 
 @pytest.mark.parametrize("fmt", K_QUANTS, ids=str)

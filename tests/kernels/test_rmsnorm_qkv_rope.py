@@ -8,7 +8,9 @@ import torch
 from llamafast.config import MODEL_CONFIGS, ModelConfig, Weight, WeightFormat
 from llamafast.measure.registry import REGISTRY, weight
 
-from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, SHAPES, tolerance
+from llamafast.kernels.gemv import gemv_key
+
+from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, SHAPES, launches, tolerance
 
 SPEC = REGISTRY["rmsnorm_qkv_rope"]
 
@@ -51,12 +53,28 @@ def test_v_rows_in_a_second_format_match_reference(config, dtype, fmt, v_fmt):
     check_against_reference(config, dtype, 7, None, (x, g, mixed, cos, sin, pos, k_cache, v_cache, eps))
 
 
-def check_against_reference(config, dtype, context, fp8, inputs=None):
+@pytest.mark.parametrize("config,fmt,v_fmt", [
+    *[pytest.param(*p.values, None, id=p.id, marks=p.marks) for p in BLOCK_CASES], *MIXED])
+def test_own_int8_matches_reference(config, fmt, v_fmt):
+    """GemvConfig.own_int8: the kernel rounds x times RMSNorm's weight to int8 blocks itself, in the head's rows
+    and the tail's alike."""
+    (x, g, w, cos, sin, pos, k_cache, v_cache, eps), _ = SPEC.make_inputs(config, torch.float32, DEVICE, 7, fmt)
+    if v_fmt is not None:
+        head = weight(config.dim + config.kv_dim, config.dim, torch.float32, DEVICE, fmt)
+        w = Weight(head.data, head.scale, fmt, tail=weight(config.kv_dim, config.dim, torch.float32, DEVICE, v_fmt),
+                   int8=True)
+    _, own = launches(w)
+    check_against_reference(config, torch.float32, 7, None, (x, g, w, cos, sin, pos, k_cache, v_cache, eps),
+                            {"configs": {gemv_key(w): own}})
+
+
+def check_against_reference(config, dtype, context, fp8, inputs=None, launch=None):
     args, kw = (inputs, {}) if inputs else SPEC.make_inputs(config, dtype, DEVICE, context, fp8)
+    launch = launch or {}
     x, g, w, cos, sin, pos, k_cache, v_cache, eps = args
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
     q_ref = SPEC.reference(x, g, w, cos, sin, pos, k_ref, v_ref, eps, **kw)
-    q = SPEC.kernel(x, g, w, cos, sin, pos, k_cache, v_cache, eps, **kw)
+    q = SPEC.kernel(x, g, w, cos, sin, pos, k_cache, v_cache, eps, **kw, **launch)
     torch.testing.assert_close(q, q_ref, **tolerance(dtype))
     torch.testing.assert_close(k_cache, k_ref, **tolerance(dtype))  # position pos written, the rest untouched
     torch.testing.assert_close(v_cache, v_ref, **tolerance(dtype))
