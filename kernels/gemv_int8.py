@@ -97,27 +97,23 @@ def dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, rows, row_mask, K, stri
     acc, acc2 = tl.zeros((BLOCK_N, NB), dtype=tl.float32), tl.zeros((BLOCK_N, NB), dtype=tl.float32)
     ss = tl.zeros((NB,), dtype=tl.float32)
     start = 0
-    if PDL:  # the first weight tile and its scales are read while the kernel that writes x still runs
+    if PDL:  # the first weight tile is read while the kernel that writes x still runs (gemv._first_tile)
         gdc_launch_dependents()
-        w, sc = _words(w_rows, 0, K, row_mask, EVEN_K, C, FMT), _scales(s_ptr, rows, 0, K, row_mask, NB, EVEN_K, FMT)
-        g = _norm_weights(x_ptr, g_ptr, 0, K, NB, NORM, EVEN_K)
-        w2, sc2 = w, sc
+        w = _words(w_rows, 0, K, row_mask, EVEN_K, C, FMT)
+        w2 = w
         if PAIR:
             w2 = _words(w2_rows, 0, K, row_mask, EVEN_K, C, FMT)
-            sc2 = _scales(s2_ptr, rows, 0, K, row_mask, NB, EVEN_K, FMT)
         gdc_wait()
-        acc, acc2, ss = _tile(w, w2, sc, sc2, x_ptr, g, 0, K, acc, acc2, ss, BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, FMT)
+        acc, acc2, ss = _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, g_ptr, 0, K, row_mask, acc, acc2, ss, BLOCK_N,
+                              BLOCK_K, NORM, PAIR, EVEN_K, FMT)
         start = BLOCK_K
     for k0 in range(start, K, BLOCK_K):  # its own names: the weight words are not carried from step to step
         wk = _words(w_rows, k0, K, row_mask, EVEN_K, C, FMT)
-        sck = _scales(s_ptr, rows, k0, K, row_mask, NB, EVEN_K, FMT)
-        wk2, sck2 = wk, sck
+        wk2 = wk
         if PAIR:
             wk2 = _words(w2_rows, k0, K, row_mask, EVEN_K, C, FMT)
-            sck2 = _scales(s2_ptr, rows, k0, K, row_mask, NB, EVEN_K, FMT)
-        gk = _norm_weights(x_ptr, g_ptr, k0, K, NB, NORM, EVEN_K)
-        acc, acc2, ss = _tile(wk, wk2, sck, sck2, x_ptr, gk, k0, K, acc, acc2, ss, BLOCK_N, BLOCK_K, NORM, PAIR,
-                              EVEN_K, FMT)
+        acc, acc2, ss = _tile(wk, wk2, s_ptr, s2_ptr, rows, x_ptr, g_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N,
+                              BLOCK_K, NORM, PAIR, EVEN_K, FMT)
     return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
 
 
@@ -156,54 +152,25 @@ def _merged(w, h, FMT: tl.constexpr):
 
 
 @triton.jit
-def _tile(w, w2, sc, sc2, x_ptr, g, k0, K, acc, acc2, ss, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-          NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
-    """The tile at k0 of the weight words w (and w2), with their blocks' scales sc (sc2: _scales), added to acc
-    (acc2), its blocks' sum(x^2) to ss; g: the tile's RMSNorm weights where the GEMV rounds x itself
-    (_norm_weights)."""
+def _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, g_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N: tl.constexpr,
+          BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
+    """The tile at k0 of the weight words w (and w2) added to acc (acc2), its blocks' sum(x^2) to ss."""
     NB: tl.constexpr = BLOCK_K // 32
     C: tl.constexpr = BLOCK_K // 4 if FMT == 3 else BLOCK_K // 8
+    bk = k0 // 32 + tl.arange(0, NB)
     if x_ptr.dtype.element_ty == tl.int8:
-        xa, xb, dx, xs, ss_tile = _workspace_blocks(x_ptr, k0, K, k0 // 32 + tl.arange(0, NB), NB, C, NORM, FMT)
+        xa, xb, dx, xs, ss_tile = _workspace_blocks(x_ptr, k0, K, bk, NB, C, NORM, FMT)
     else:
-        xa, xb, dx, xs, ss_tile = _own_blocks(x_ptr, g, k0, K, NB, NORM, EVEN_K, FMT)
+        xa, xb, dx, xs, ss_tile = _own_blocks(x_ptr, g_ptr, k0, K, NB, NORM, EVEN_K, FMT)
     if FMT == 8:  # Q6_K scales each half of a block: the sums of the activations of each
         xs = (tl.sum(tl.reshape(_byte_sums(xa), (NB, C // NB)), axis=1),
               tl.sum(tl.reshape(_byte_sums(xb), (NB, C // NB)), axis=1))
     if NORM:
         ss += ss_tile
-    acc += _blocks(w, sc, xa, xb, dx, xs, BLOCK_N, NB, C, FMT)
+    acc += _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
     if PAIR:
-        acc2 += _blocks(w2, sc2, xa, xb, dx, xs, BLOCK_N, NB, C, FMT)
+        acc2 += _blocks(w2, s2_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
     return acc, acc2, ss
-
-
-@triton.jit
-def _norm_weights(x_ptr, g_ptr, k0, K, NB: tl.constexpr, NORM: tl.constexpr, EVEN_K: tl.constexpr):
-    """The (NB, 32) fp32 RMSNorm weights of the tile at k0 where the GEMV rounds x itself (x float) and norms,
-    else ones, which nothing reads. Weights, so the first tile's are read before the wait for x, as its scales."""
-    g = tl.full((NB, 32), 1.0, tl.float32)
-    if NORM and x_ptr.dtype.element_ty != tl.int8:
-        k = k0 + tl.arange(0, NB * 32)
-        kmask = k < K if not EVEN_K else tl.full(k.shape, True, tl.int1)
-        g = tl.reshape(tl.load(g_ptr + k, mask=kmask, other=0.0).to(tl.float32), (NB, 32))
-    return g
-
-
-@triton.jit
-def _scales(s_ptr, rows, k0, K, row_mask, NB: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
-    """The (BLOCK_N, NB) fp32 scales of the tile at k0's blocks, as _blocks takes them: Q8_0 and Q4_0 (d, d, d),
-    Q4_1 (d, d, m), the K-quants k_scales' (scale of weights 0-15, of 16-31, min)."""
-    bk = k0 // 32 + tl.arange(0, NB)
-    if FMT >= 6:
-        smask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (bk < K // 32)[None, :]
-        return k_scales(s_ptr, rows, bk, K, smask, FMT)
-    scale_rows = s_ptr + rows[:, None].to(tl.int64) * (K // 32 * (2 if FMT == 5 else 1))  # Q4_1: (scale, min)
-    d = block_scales(scale_rows, bk, K, row_mask, EVEN_K, FMT == 5, 0)
-    m = d
-    if FMT == 5:
-        m = block_scales(scale_rows, bk, K, row_mask, EVEN_K, True, 1)
-    return d, d, m
 
 
 @triton.jit
@@ -229,11 +196,10 @@ def _workspace_blocks(x_ptr, k0, K, bk, NB: tl.constexpr, C: tl.constexpr, NORM:
 
 
 @triton.jit
-def _own_blocks(x_ptr, g, k0, K, NB: tl.constexpr, NORM: tl.constexpr, EVEN_K: tl.constexpr,
+def _own_blocks(x_ptr, g_ptr, k0, K, NB: tl.constexpr, NORM: tl.constexpr, EVEN_K: tl.constexpr,
                 FMT: tl.constexpr):
-    """_workspace_blocks' values made from x (times the RMSNorm weights g, (NB, 32)) in registers:
-    quantize_activation.py's arithmetic on the tile's NB blocks, packed four bytes to a word in the workspace's
-    order. Every program rounds its tile again,
+    """_workspace_blocks' values made from x (times g) in registers: quantize_activation.py's arithmetic on the
+    tile's NB blocks, packed four bytes to a word in the workspace's order. Every program rounds its tile again,
     which costs ALU where a quantize pass costs a launch (GemvConfig.own_int8)."""
     k = k0 + tl.arange(0, NB * 32)
     kmask = k < K if not EVEN_K else tl.full(k.shape, True, tl.int1)
@@ -241,7 +207,7 @@ def _own_blocks(x_ptr, g, k0, K, NB: tl.constexpr, NORM: tl.constexpr, EVEN_K: t
     ss = tl.zeros((NB,), dtype=tl.float32)
     if NORM:
         ss = tl.sum(v * v, axis=1)
-        v = v * g
+        v = v * tl.reshape(tl.load(g_ptr + k, mask=kmask, other=0.0).to(tl.float32), (NB, 32))
     amax = tl.max(tl.abs(v), axis=1)
     inv = tl.where(amax > 0, tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), amax), 0.0)
     q = rint(v * inv[:, None])
@@ -258,11 +224,14 @@ def _own_blocks(x_ptr, g, k0, K, NB: tl.constexpr, NORM: tl.constexpr, EVEN_K: t
 
 
 @triton.jit
-def _blocks(w, sc, xa, xb, dx, xs, BLOCK_N: tl.constexpr, NB: tl.constexpr, C: tl.constexpr, FMT: tl.constexpr):
-    """One tile's (BLOCK_N, NB) block products, scaled by sc (_scales); w a pair of words for Q5_K and Q6_K
-    (_merged), xs the blocks' activation sums (for Q6_K a pair: each half's)."""
+def _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constexpr, NB: tl.constexpr,
+            C: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
+    """One tile's (BLOCK_N, NB) block products, scaled; w a pair of words for Q5_K and Q6_K (_merged), xs the
+    blocks' activation sums (for Q6_K a pair: each half's)."""
     xa, xb = tl.broadcast_to(xa[None, :], (BLOCK_N, C)), tl.broadcast_to(xb[None, :], (BLOCK_N, C))
-    s_lo, s_hi, m = sc
+    if FMT >= 6:
+        smask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (bk < K // 32)[None, :]
+        s_lo, s_hi, m = k_scales(s_ptr, rows, bk, K, smask, FMT)
     if FMT == 8:
         lo = tl.sum(tl.reshape(_u8_dot(w[0], xa), (BLOCK_N, NB, C // NB)), axis=2) - 32 * xs[0][None, :]
         hi = tl.sum(tl.reshape(_u8_dot(w[1], xb), (BLOCK_N, NB, C // NB)), axis=2) - 32 * xs[1][None, :]
@@ -271,12 +240,22 @@ def _blocks(w, sc, xa, xb, dx, xs, BLOCK_N: tl.constexpr, NB: tl.constexpr, C: t
         p = _u8_dot(w[0], xa) + _u8_dot(w[1], xb) if FMT == 7 else _q4_dot(w, xa, xb)
         isum = tl.sum(tl.reshape(p, (BLOCK_N, NB, C // NB)), axis=2)
         part = (isum.to(tl.float32) * s_lo - m * xs.to(tl.float32)[None, :]) * dx[None, :]
-    else:  # Q8_0, Q4_0, Q4_1: an fp16 scale per 32 weights (Q4_1 also a min)
-        p = _q8_dot(w, xa) if FMT == 3 else _q4_dot(w, xa, xb)
-        isum = tl.sum(tl.reshape(p, (BLOCK_N, NB, C // NB)), axis=2)
-        if FMT == 4:
-            isum -= 8 * xs[None, :]
-        part = isum.to(tl.float32) * s_lo * dx[None, :]
-        if FMT == 5:
-            part += m * (dx * xs.to(tl.float32))[None, :]
+    else:
+        part = _blocks_32(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
+    return part
+
+
+@triton.jit
+def _blocks_32(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constexpr, NB: tl.constexpr,
+               C: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
+    """_blocks for the formats with an fp16 scale per 32 weights: Q8_0, Q4_0, Q4_1."""
+    p = _q8_dot(w, xa) if FMT == 3 else _q4_dot(w, xa, xb)
+    isum = tl.sum(tl.reshape(p, (BLOCK_N, NB, C // NB)), axis=2)
+    if FMT == 4:
+        isum -= 8 * xs[None, :]
+    scale_rows = s_ptr + rows[:, None].to(tl.int64) * (K // 32 * (2 if FMT == 5 else 1))  # Q4_1: (scale, min)
+    d = block_scales(scale_rows, bk, K, row_mask, EVEN_K, FMT == 5, 0)
+    part = isum.to(tl.float32) * d * dx[None, :]
+    if FMT == 5:
+        part += block_scales(scale_rows, bk, K, row_mask, EVEN_K, True, 1) * (dx * xs.to(tl.float32))[None, :]
     return part
