@@ -78,6 +78,8 @@ stage_quant() {  # each block copy quantized on the device from the bf16 weights
     --out "$1/bench_7b_blocks.json" | tee "$1/bench_7b_blocks.txt"
   llamafast bench decode --random-weights --shape llama-2-7b --backend triton --weights q4_k,q4_k_m \
     --out "$1/bench_7b_q4_k_m.json" | tee "$1/bench_7b_q4_k_m.txt"
+  llamafast bench decode --random-weights --shape smollm2-135m --backend triton --weights q8_0,q4_0,q4_1 \
+    --out "$1/bench_smollm2_blocks.json" | tee "$1/bench_smollm2_blocks.txt"
 }
 
 stage_quality() {  # reference path on the CPU, fp32 base; stories260K's FFN rows (172) are not whole blocks
