@@ -1,23 +1,17 @@
-"""The decode GEMV's loop for block weights against int8 activations (gemv.dot_rows, when its x is
-quantize_activation.py's workspace): weights and activations are read as 32-bit words of four integers, dp4a
-multiplies and sums each pair of words in one instruction, and each block's integer sum becomes a float once:
+"""The decode GEMV's loop for block weights against int8 activations (gemv.dot_rows): weights and activations are
+read as 32-bit words of four integers, dp4a multiplies and sums each pair of words in one instruction, and each
+block's integer sum becomes a float once:
 
     Q8_0: d * dx * sum(q * qx);  Q4_0: d * dx * (sum(q * qx) - 8 * sum(qx));  Q4_1: the same plus m * dx * sum(qx)
     Q4_K, Q5_K: dx * (d*sc * sum(q * qx) - dmin*m * sum(qx)), their nibbles in Q4_0's order
     Q6_K: dx * d * (s_lo * (sum(q * qx) - 32 * sum(qx)) over weights 0-15 + s_hi * the same over 16-31)
 
 Q5_K's and Q6_K's bits above the nibble (a plane after the nibbles, docs/quantized.md) are merged into each word's
-bytes in registers first, so dp4a multiplies whole 5- and 6-bit integers.
-
-The activations come from quantize_activation.py's pass, or, where the launch says so (GemvConfig.own_int8), each
-tile rounds x itself with the same arithmetic (_own_blocks): every program repeats that work, and the launch before
-the GEMV is gone. Tuning picks per shape. On an H100, at SmolLM2-135M's (K 576, Q4_1 and Q8_0) RMSNorm +
-QKV, wo and RMSNorm + SwiGLU took 1.6-2.6 us rounding their own against 2.3-3.2 with the pass; at Llama-2-7B's
-(Q4_0) the layers' GEMVs took 6.4-22.1 against 6.3-21.0, its Q8_0 LM head 45.5 against 47.5
-(scripts/experiments/own_int8_ab_*.txt).
-
-At Llama-2-7B's shapes on an H100 this runs the Q4_0 GEMVs at 60-86% of copy bandwidth where unpacking each weight
-to fp32 (gemv_blocks.py) ran them at 40-63%, and Q8_0 at 76-101% against 68-96% (scripts/experiments/dp4a_gemv.txt)."""
+bytes in registers first, so dp4a multiplies whole 5- and 6-bit integers. The activations come from
+quantize_activation.py's pass or, where the launch says so (GemvConfig.own_int8), from each tile rounding x itself
+with its arithmetic (_own_blocks); tuning picks per shape (docs/quantized.md, experiments/own_int8_ab_*.txt). At
+7B on an H100 dp4a runs the Q4_0 GEMVs at 60-86% of copy bandwidth against 40-63% unpacking each weight to fp32,
+Q8_0 at 76-101% against 68-96% (scripts/experiments/dp4a_gemv.txt)."""
 
 from __future__ import annotations
 
@@ -87,9 +81,8 @@ def _byte_sums(x):
 def dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, rows, row_mask, K, stride_wn,
              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
              EVEN_K: tl.constexpr, FMT: tl.constexpr, PDL: tl.constexpr):
-    """dot_rows for FMT 3 (Q8_0), 4 (Q4_0), 5 (Q4_1), 6-8 (Q4_K, Q5_K, Q6_K) with x the int8 workspace, whose
-    sum(x^2) comes with it (NORM), or x itself (float, times g when NORM), which each tile rounds to the same int8
-    blocks in registers (_own_blocks)."""
+    """dot_rows for FMT 3 (Q8_0), 4 (Q4_0), 5 (Q4_1), 6-8 (Q4_K, Q5_K, Q6_K), x the int8 workspace (with sum(x^2)
+    when NORM) or x itself (float, times g when NORM), which each tile rounds to those int8 blocks (_own_blocks)."""
     NB: tl.constexpr = BLOCK_K // 32
     C: tl.constexpr = BLOCK_K // 4 if FMT == 3 else BLOCK_K // 8  # weight words per tile row
     offs = rows[:, None].to(tl.int64) * stride_wn
@@ -139,10 +132,9 @@ def _words(w_rows, k0, K, row_mask, EVEN_K: tl.constexpr, C: tl.constexpr, FMT: 
 @triton.jit
 def _merged(w, h, FMT: tl.constexpr):
     """Nibble words w and their plane bits h -> (low, high) words of whole 5-bit (Q5_K) or 6-bit (Q6_K) integers.
-    Q5_K: bit 2i of h is byte i's low weight's fifth bit, bit 2i + 1 its high one's; multiplying the four even
-    bits by 2^4 + 2^10 + 2^16 + 2^22 moves bit 2i to 8i + 4 (the other products land on other bits, which the
-    mask drops, and no two carry into a kept bit). Q6_K: bits 4i..4i+3 of h are byte i's (low, high) pairs of
-    fifth and sixth bits: spread to one nibble per byte, then shifted into place."""
+    Q5_K: bit 2i of h is byte i's low weight's fifth bit (2i + 1 its high one's); times 2^4 + 2^10 + 2^16 + 2^22 the
+    four even bits move from 2i to 8i + 4 (other products land on bits the mask drops, no carry into a kept bit).
+    Q6_K: bits 4i..4i+3 of h, byte i's two pairs of fifth and sixth bits, spread to a nibble per byte, shifted."""
     lo, hi = w & 0x0F0F0F0F, (w >> 4) & 0x0F0F0F0F
     if FMT == 7:
         return lo | (((h & 0x55) * 0x410410) & 0x10101010), hi | ((((h >> 1) & 0x55) * 0x410410) & 0x10101010)
@@ -175,8 +167,8 @@ def _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, g_ptr, k0, K, row_mask, acc, acc2, 
 
 @triton.jit
 def _workspace_blocks(x_ptr, k0, K, bk, NB: tl.constexpr, C: tl.constexpr, NORM: tl.constexpr, FMT: tl.constexpr):
-    """The tile's activation words (xa: a Q4 word's low nibbles', xb: its high ones'), block scales, block sums of
-    q and of x^2 (NORM), read from quantize_activation.py's workspace."""
+    """From quantize_activation.py's workspace: the tile's activation words (xa: a Q4 word's low nibbles', xb: its
+    high ones'), block scales, block sums of q and of x^2 (NORM)."""
     xq_ptr, dx_ptr, xs_ptr, ss_ptr = workspace_parts(x_ptr, K)
     c = tl.arange(0, C)
     bmask = bk < K // 32
@@ -196,11 +188,9 @@ def _workspace_blocks(x_ptr, k0, K, bk, NB: tl.constexpr, C: tl.constexpr, NORM:
 
 
 @triton.jit
-def _own_blocks(x_ptr, g_ptr, k0, K, NB: tl.constexpr, NORM: tl.constexpr, EVEN_K: tl.constexpr,
-                FMT: tl.constexpr):
-    """_workspace_blocks' values made from x (times g) in registers: quantize_activation.py's arithmetic on the
-    tile's NB blocks, packed four bytes to a word in the workspace's order. Every program rounds its tile again,
-    which costs ALU where a quantize pass costs a launch (GemvConfig.own_int8)."""
+def _own_blocks(x_ptr, g_ptr, k0, K, NB: tl.constexpr, NORM: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
+    """_workspace_blocks' values from x (times g) in registers, by quantize_activation.py's arithmetic, in the
+    workspace's word order: every program rounds its tile again, ALU where a pass costs a launch (own_int8)."""
     k = k0 + tl.arange(0, NB * 32)
     kmask = k < K if not EVEN_K else tl.full(k.shape, True, tl.int1)
     v = tl.reshape(tl.load(x_ptr + k, mask=kmask, other=0.0).to(tl.float32), (NB, 32))
@@ -226,8 +216,7 @@ def _own_blocks(x_ptr, g_ptr, k0, K, NB: tl.constexpr, NORM: tl.constexpr, EVEN_
 @triton.jit
 def _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constexpr, NB: tl.constexpr,
             C: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
-    """One tile's (BLOCK_N, NB) block products, scaled; w a pair of words for Q5_K and Q6_K (_merged), xs the
-    blocks' activation sums (for Q6_K a pair: each half's)."""
+    """One tile's (BLOCK_N, NB) scaled block products; w a word pair for Q5_K, Q6_K (_merged), xs (Q6_K: halves')."""
     xa, xb = tl.broadcast_to(xa[None, :], (BLOCK_N, C)), tl.broadcast_to(xb[None, :], (BLOCK_N, C))
     if FMT >= 6:
         smask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (bk < K // 32)[None, :]
