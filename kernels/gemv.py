@@ -166,7 +166,7 @@ class GemvConfig:
     num_stages: int = 1
     # Block weights only: the GEMV rounds its own input to int8 blocks, tile by tile in every program, instead of
     # reading them from a quantize pass launched before it (quantize_activation.gemv_input). It trades that launch
-    # for ALU in every program; tuning chooses per shape (tuning/sweep.gemv_candidates).
+    # for ALU in every program; tuning chooses per shape (tuning/sweep.sweep).
     own_int8: bool = False
 
 

@@ -47,11 +47,10 @@ def table_name(kernel: str) -> str:
     return kernel.partition("[")[0]
 
 
-def gemv_candidates(pair: bool, fp8: bool, quick: bool = False, blocks: bool = False) -> list[GemvConfig]:
+def gemv_candidates(pair: bool, fp8: bool, quick: bool = False) -> list[GemvConfig]:
     """The full grid: up to 64 fp32 accumulators per thread (beyond, registers spill) and at least 8 weights per
     thread per tile; pair: two weight tiles per step (rmsnorm_swiglu). quick: only those of its launches that won
-    a full sweep at some Llama 2 shape. blocks (block-format weights): each launch also with its GEMV rounding its
-    own int8 activations (GemvConfig.own_int8)."""
+    a full sweep at some Llama 2 shape."""
     out = []
     block_ks = [256, 512, 1024, 2048] if fp8 else [128, 256, 512, 1024]
     for bn, bk, w in itertools.product([2, 4, 8, 16, 32], block_ks, [1, 2, 4, 8]):
@@ -59,7 +58,7 @@ def gemv_candidates(pair: bool, fp8: bool, quick: bool = False, blocks: bool = F
         launch = GemvConfig(bn, bk, w)
         if 8 <= per_thread <= 64 and bk * bn >= 8 * 32 * w and (not quick or launch in _WINNERS):
             out.append(launch)
-    return [*out, *(dataclasses.replace(launch, own_int8=True) for launch in out)] if blocks else out
+    return out
 
 
 def attention_candidates(quick: bool = False) -> list[AttentionConfig]:
@@ -99,10 +98,9 @@ def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.de
     if kernel == "decode_attention":
         candidates = [*attention_candidates(quick), default]
     else:
-        blocks = isinstance(fp8, WeightFormat) and fp8.is_block
-        candidates = [*gemv_candidates(kernel == "rmsnorm_swiglu", fp8 is not None, quick, blocks), default]
-        if blocks:
-            candidates.append(dataclasses.replace(default, own_int8=True))
+        candidates = [*gemv_candidates(kernel == "rmsnorm_swiglu", fp8 is not None, quick), default]
+        if isinstance(fp8, WeightFormat) and fp8.is_block:  # each launch both ways (GemvConfig.own_int8)
+            candidates += [dataclasses.replace(launch, own_int8=True) for launch in candidates]
     times, failed = {}, {}
     for launch in dict.fromkeys(candidates):
         try:

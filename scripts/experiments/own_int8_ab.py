@@ -1,7 +1,7 @@
 """Where a block GEMV should round its own int8 activations (GemvConfig.own_int8) rather than read them from a
 quantize pass launched before it, timed in one process: random weights of a shape in bf16 and in each block format
 named, each format's decode kernels swept over tuning's quick list twice (with a quantize pass, and rounding their
-own activations: tuning/sweep.gemv_candidates(blocks=True)), the best of each printed per kernel, then each copy
+own activations, as tuning/sweep.sweep times block launches), the best of each printed per kernel, then each copy
 decoded with the pass-only winners and with the overall winners, alternated twice, bf16 beside them.
 
     PYTHONPATH=. python scripts/experiments/own_int8_ab.py SHAPE FORMAT [FORMAT ...]
