@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The two-GPU check of tensor parallel, in one run of at most 9.5 minutes on a machine of two GPUs: first what
-# checks (the sync kernels' GPU tests; stories260K's greedy tokens and 7B's logits at TP=2 with symm against TP=1),
+# checks (the sync kernels' GPU tests; stories260K's greedy tokens and 7B's logits at TP=2, symm and nccl, against TP=1),
 # then what times: `bench` under torchrun at 7B, 70B (where a GPU holds its 69 GB shard) and 13B with TP=2 symm
 # beside nccl and TP=1, scripts/profile_tp.py's cost per synchronisation point at each shape, and time to first
-# token at 4,000 tokens. A step that would not end inside the budget is skipped and says so. Writes each step's
+# token at 4,000 tokens, then split by kernel (scripts/profile_tp_prefill.py). A step that would not end inside the budget is skipped and says so. Writes each step's
 # raw output into OUTDIR and a summary.md of the figures. Naming steps runs only those; sweep_7b, sweep_13b and
 # sweep_70b (profile_tp.py --sweep: the launches of symm's consumers, whose winners go into the kernels' "summed"
 # entries by hand) run only when named, as on GPUs other than those the committed entries were swept on.
@@ -41,7 +41,7 @@ step() {
 mem_gb=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).total_memory // 2**30)")
 
 step tests_sync 60 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/kernels/test_tp_sync.py
-step tests_tp 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/tp/test_tp_run.py -k symm
+step tests_tp 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/tp/test_tp_run.py
 step bench_7b 60 $tr -m llamafast bench --random-weights --shape llama-2-7b --new-tokens 256 \
   --out "$out/tp2_7b.json"
 if [ "$mem_gb" -ge 75 ]; then  # 64 GiB of bf16 weights a rank
@@ -62,6 +62,8 @@ for shape in 7b 13b 70b; do
 done
 step prefill_7b 100 $tr -m llamafast bench --random-weights --shape llama-2-7b --prefill --prompt-lens 4000 \
   --reps 5 --backend triton --out "$out/tp2_prefill_7b.json"
+step prefill_profile_7b 150 env LLAMAFAST_TP_TIMEOUT=300 $tr scripts/profile_tp_prefill.py --shape llama-2-7b \
+  --tokens 4000 --out "$out/prefill_profile_7b.json"
 
 # The figures, one line each, last in the output.
 python3 - "$out" <<'EOF' | tee "$out/summary.md"
@@ -96,6 +98,11 @@ for shape in ("7b", "13b", "70b"):
             vs = r.get("vs_tp1")
             print(f"- {shape} TP={tp}: {r['decode_tokens_per_s']:.1f} tok/s, {r['decode_ms_per_token']:.3f} ms/token, "
                   f"{100 * r['fraction_of_copy_bw']:.1f}% of copy BW, vs TP=1 {vs and round(vs, 2)}")
+path = out / "prefill_profile_7b.json"
+if path.is_file():
+    for r in json.loads(path.read_text())["rows"]:
+        print(f"- prefill profile 7B {r['variant']} chunk {r['chunk']}: ttft {r['ttft_ms']:.2f} ms, "
+              f"kernels {r['kernels_ms']:.2f} ms")
 path = out / "tp2_prefill_7b.json"
 if path.is_file():
     for r in json.loads(path.read_text())["results"]:

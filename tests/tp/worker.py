@@ -7,6 +7,8 @@ to OUT/rank{R}.pt for the test to compare.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
 from pathlib import Path
 
@@ -41,16 +43,40 @@ def main(out: Path, source: str, steps: int, comm: str, dtype: str = "float32") 
         record[f"{name}_tokens"] = list(stream_tokens(Engine(lm.model, SamplingConfig(temperature=0),
                                                              len(prompt) + steps), prompt, steps))
     # Logits, each model fed TP=1's greedy tokens; the reference backend on the same whole weights shows what a
-    # different summation order alone changes (the yardstick for bf16).
+    # different summation order alone changes (the yardstick for bf16), and the reference with nccl's roundings
+    # what summing rounded partials changes.
     reference = with_backend(whole.model, Backend.reference)
     for name, model in (("tp", sharded.model), ("one", whole.model), ("ref", reference)):
         record[f"{name}_logits"] = step_logits(model, prompt, record["one_tokens"][: steps - 1])
+    reference.comm = RoundedPartials(ranks.shard.world)
+    record["rounded_logits"] = step_logits(reference, prompt, record["one_tokens"][: steps - 1])
     torch.manual_seed(1234)
     sampler = Engine(sharded.model, SamplingConfig(temperature=0.9, top_p=0.95), len(prompt) + steps)
     record["sampled"] = list(stream_tokens(sampler, prompt, steps))
     torch.save(record, out / f"rank{ranks.shard.rank}.pt")
     dist.barrier()  # leave together: a rank exiting with live gloo threads aborts ("terminate called without...")
     dist.destroy_process_group()
+
+
+class RoundedPartials:
+    """The whole model's arithmetic with the roundings of the nccl path, on one process: wo's and w2's products
+    split by columns as the ranks split them, each rank's partial (rank 0's with the residual) rounded to the
+    activation dtype, then summed in it, as the all-reduce sums them."""
+
+    name = TPComm.nccl
+
+    def __init__(self, world: int):
+        self.world = world
+
+    def row_linear(self, ops, x, w, residual, slot):
+        k = x.shape[-1] // self.world
+        parts = [ops.linear_residual(x[..., r * k:(r + 1) * k].contiguous(),
+                                     dataclasses.replace(w, data=w.data[:, r * k:(r + 1) * k].contiguous()),
+                                     residual if r == 0 else torch.zeros_like(residual)) for r in range(self.world)]
+        return functools.reduce(torch.add, parts)
+
+    def lm_head(self, ops, x, norm_w, w, eps, slot):
+        return ops.rmsnorm_lm_head(x, norm_w, w, eps)
 
 
 @torch.no_grad()
