@@ -31,6 +31,11 @@ from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 # (scripts/results/tune_prefill.txt, the run of record): 2048 is within 2% of one pass with half the activations
 # per pass; 1024 is 7% slower.
 PREFILL_CHUNK = 2048
+# The same under tensor parallelism, where prompts run eagerly (their collectives are not in prompt graphs): each
+# rank's share of a 2048-token chunk is too short to hide the host's launches. 2 x H100, 7B bf16 at TP=2, a
+# 4,000-token prompt (scripts/results/tp/h100x2_prefill/prefill_profile_7b.txt): symm 85.35 ms in chunks of 2048
+# (64.48 of kernels) against 61.23 in one of 4096 (59.65), nccl 94.06 against 60.82.
+TP_PREFILL_CHUNK = 4096
 # The most alternatives recorded per token with logprobs: OpenAI's top_logprobs ranges over 0..20.
 MAX_TOP_LOGPROBS = 20
 # Decode graphs an Engine keeps, one per way of sampling, the least recently used dropped past it: a server's
@@ -38,21 +43,27 @@ MAX_TOP_LOGPROBS = 20
 MAX_DECODE_GRAPHS = 8
 
 
+def prompt_chunk(model: Transformer) -> int:
+    """Prompt tokens per forward pass for model: TP_PREFILL_CHUNK for a tensor-parallel shard, else PREFILL_CHUNK."""
+    return TP_PREFILL_CHUNK if model.world > 1 else PREFILL_CHUNK
+
+
 class Engine:
     """Runs one model's prefill and decode steps with device-side state; the model's backend says how a decode
     step runs (eagerly, under torch.compile, or replayed from a CUDA graph)."""
 
     def __init__(
-        self, model: Transformer, sampling: SamplingConfig, max_seq_len: int, prefill_chunk: int = PREFILL_CHUNK,
+        self, model: Transformer, sampling: SamplingConfig, max_seq_len: int, prefill_chunk: int | None = None,
         n_vocab: int | None = None, prompt_graphs: bool = True,
     ):
         """max_seq_len: positions the KV cache holds (prompt plus new tokens), at most the model's context.
-        prefill_chunk: prompt tokens per forward pass; longer prompts
+        prefill_chunk: prompt tokens per forward pass (None: prompt_chunk(model)); longer prompts
         run in chunks, each attending to the cache the chunks before it wrote, so activation memory is bounded by
         the chunk. n_vocab: the tokenizer's pieces, when fewer than the model's vocabulary (ids past it are never
         sampled). prompt_graphs: replay prompt chunks from CUDA graphs where decode steps are (prompt_graph.py)."""
         device = model.tok_embeddings.weight.device
-        self.model, self.sampling, self.prefill_chunk, self.max_seq_len = model, sampling, prefill_chunk, max_seq_len
+        self.model, self.sampling, self.max_seq_len = model, sampling, max_seq_len
+        self.prefill_chunk = prefill_chunk or prompt_chunk(model)
         self.mode = model.backend.step  # "eager", "compile" or "graph": the model's backend says
         self.n_vocab = n_vocab if n_vocab is not None and n_vocab < model.config.vocab_size else None
         self.token = torch.zeros(1, dtype=torch.long, device=device)  # (1,) last sampled token
@@ -77,7 +88,7 @@ class Engine:
         if model.cache_len != max_seq_len:
             model.setup_cache(max_seq_len)
         graphs = prompt_graphs and self.mode == "graph" and model.comm is None  # TP prompts: eager
-        self.prompts = PromptGraphs(model, prefill_chunk) if graphs else None
+        self.prompts = PromptGraphs(model, self.prefill_chunk) if graphs else None
         if self.mode == "compile":
             _inductor_settings()
             self._compiled = torch.compile(self._next_token, mode="reduce-overhead", fullgraph=True)
@@ -205,6 +216,10 @@ class Engine:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._advance(self._next_token(self.token, self.pos, self.seen), 1)
+        if self.model.comm is not None:
+            from llamafast.tp.dist import hold_graph
+
+            hold_graph(graph)
         return graph
 
     def _advance(self, nxt: torch.Tensor, n: int) -> None:

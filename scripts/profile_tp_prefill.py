@@ -21,11 +21,11 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
 from llamafast.config import Backend, DType, SamplingConfig, TPComm
-from llamafast.generate import PREFILL_CHUNK, Engine
+from llamafast.generate import PREFILL_CHUNK, TP_PREFILL_CHUNK, Engine
 from llamafast.load import random_model
 from llamafast.measure.common import environment, random_prompt
 from llamafast.tp.comm import make_comm
-from llamafast.tp.dist import setup
+from llamafast.tp.dist import finish, setup
 
 REPS = 5  # timed prompts per variant (median), after 3 warm-up ones
 PROFILED = 2  # prompts under the profiler per variant
@@ -104,7 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", default="llama-2-7b")
     parser.add_argument("--tokens", type=int, default=4000)
-    parser.add_argument("--chunks", default=f"{PREFILL_CHUNK},4096", help="prompt tokens per forward pass, each timed")
+    parser.add_argument("--chunks", default=f"{PREFILL_CHUNK},{TP_PREFILL_CHUNK}", help="prompt tokens per forward pass, each timed")
     parser.add_argument("--out", required=True)
     a = parser.parse_args()
     ranks = setup(None)
@@ -130,7 +130,7 @@ def main() -> None:
             json.dump({"shape": a.shape, "tokens": a.tokens, "world": ranks.shard.world,
                        "environment": environment(ranks.device), "rows": rows}, f, indent=1)
     dist.barrier(group=ranks.control)
-    dist.destroy_process_group()
+    finish(ranks)
 
 
 if __name__ == "__main__":

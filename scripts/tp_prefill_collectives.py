@@ -44,7 +44,7 @@ def symmetric_all_reduces(partial: torch.Tensor, group: str) -> dict:
 
     whole = symm_mem.empty(2 * partial.numel(), dtype=partial.dtype, device=partial.device)
     symm_mem.rendezvous(whole, group)
-    buf = whole[: partial.numel()].view(partial.shape)  # a slice of a larger buffer, as SymmComm.sum_ranks'
+    buf = whole[: partial.numel()].view(partial.shape)  # a slice of a larger buffer, as SymmComm.prompt_row_linear's
     out = torch.empty_like(partial)
 
     def two_shot():

@@ -26,13 +26,16 @@ CONFIGS: dict[int, TileConfig] = {
 }
 
 
-def prefill_linear_residual(x, w: Weight, residual, configs=None):
-    """Same contract as llamafast.reference.linear_residual: x (M, K), residual (M, N) -> (M, N)."""
-    m, k = x.shape
+def prefill_linear_residual(x, w: Weight, residual, configs=None, out=None):
+    """Same contract as llamafast.reference.linear_residual: x (M, K), residual (M, N) -> (M, N). Tensor
+    parallelism's partial sums (tp/comm.py) take two more forms: residual None, x @ W.T alone; out, written in
+    place of a new tensor (a symmetric-memory buffer the ranks sum from)."""
+    (m, k), n = x.shape, w.shape[0]
     check_rows("x", x, k)
     check_rows("w", w.data, k)
-    assert residual.shape == (m, w.shape[0]) and residual.is_contiguous(), "residual: (M, N) contiguous"
-    out = torch.empty_like(residual)
+    for name, t in (("residual", residual), ("out", out)):
+        assert t is None or (t.shape == (m, n) and t.is_contiguous() and t.dtype == x.dtype), f"{name}: (M, N) contiguous"
+    out = torch.empty((m, n), device=x.device, dtype=x.dtype) if out is None else out
     matmul(x, w, residual, out, configs or CONFIGS)
     return out
 

@@ -18,7 +18,7 @@ import torch
 
 from llamafast.backends import with_backend
 from llamafast.config import Backend, ModelConfig, SamplingConfig
-from llamafast.generate import PREFILL_CHUNK, Engine
+from llamafast.generate import Engine, prompt_chunk
 from llamafast.load import LoadedModel
 from llamafast.measure.common import environment, now, random_prompt
 
@@ -39,13 +39,14 @@ class PrefillResult:
     tp_comm: str | None = None  # tensor parallel: how the ranks sum (tp/comm.py)
     vs_tp1: float | None = None  # tensor parallel: the TP=1 ttft (add_tp1 says which) / this ttft
     weights: str | None = None  # the weights' format: "bfloat16", "fp8_e5m2", "q4_0", ... (LoadedModel.weights)
+    chunk: int | None = None  # prompt tokens per forward pass
 
 
 @dataclass
 class PrefillReport:
     model: str
     dtype: str
-    chunk: int
+    chunk: int  # its first run's: each row says its own (a tensor-parallel report's TP=1 rows differ)
     reps: int
     environment: dict = field(default_factory=dict)
     results: list[PrefillResult] = field(default_factory=list)
@@ -101,13 +102,15 @@ def _warming(model, runs: int, until: float) -> bool:
 
 
 def run_prefill_bench(
-    lm: LoadedModel, backends: list[Backend], lengths: list[int], reps: int = 10, chunk: int = PREFILL_CHUNK
+    lm: LoadedModel, backends: list[Backend], lengths: list[int], reps: int = 10, chunk: int | None = None
 ) -> PrefillReport:
-    """Each backend at each prompt length, each length's prompt the same in every run; speedups are against the
+    """Each backend at each prompt length, each length's prompt the same in every run, in chunks of `chunk` tokens
+    (None: the model's default, generate.prompt_chunk); speedups are against the
     reference backend when it ran. The triton backend on a GPU runs twice, prompts replayed from CUDA graphs and
     queued eagerly, the baseline in the same process (once under tensor parallelism, where prompts run eagerly)."""
     device = lm.model.tok_embeddings.weight.device
     config = lm.model.config
+    chunk = chunk or prompt_chunk(lm.model)
     gen = torch.Generator().manual_seed(0)
     prompts = [(n, random_prompt(n, config.vocab_size, gen)) for n in lengths]
     report = PrefillReport(lm.source, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), chunk, reps,
@@ -124,7 +127,7 @@ def run_prefill_bench(
             report.results.append(PrefillResult(backend.value, n, median * 1e3, times[0] * 1e3, n / median,
                                                 prefill_flops(config, n) / median / 1e12, engine.prompts is not None,
                                                 tp=model.world, tp_comm=model.comm and model.comm.name.value,
-                                                weights=lm.weights))
+                                                weights=lm.weights, chunk=chunk))
         del engine, model
         if device.type == "cuda":
             torch.cuda.empty_cache()

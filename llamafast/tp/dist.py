@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -130,6 +131,25 @@ def leave_together(ranks: Ranks) -> None:
     dist.barrier(group=ranks.control)
 
 
+# CUDA graphs captured under tensor parallelism (decode steps: nccl's hold its all-reduces). NCCL's communicator
+# cannot be destroyed while a graph that captured its collectives lives: destroy_process_group waits in
+# ncclCommDestroy forever (pytorch/pytorch#115388; seen on 2 x H100, scripts/results/tp/h100x2_prefill/), so
+# finish resets them first.
+_GRAPHS: weakref.WeakSet = weakref.WeakSet()
+
+
+def hold_graph(graph: torch.cuda.CUDAGraph) -> None:
+    """graph, captured on a tensor-parallel model, is reset by finish before the process group goes."""
+    _GRAPHS.add(graph)
+
+
 def finish(ranks: Ranks) -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Leaves the process group, the graphs captured under it reset first (_GRAPHS): their owners are done."""
+    if not dist.is_initialized():
+        return
+    if ranks.device.type == "cuda":
+        torch.cuda.synchronize(ranks.device)
+    for graph in list(_GRAPHS):
+        graph.reset()
+    _GRAPHS.clear()
+    dist.destroy_process_group()

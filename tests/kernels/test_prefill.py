@@ -44,6 +44,21 @@ def test_matmul_matches_reference(name, config, dtype, fp8):
     torch.testing.assert_close(got, want, **prefill_tolerance(name, dtype, fp8))
 
 
+@pytest.mark.parametrize("dtype", DOT_DTYPES, ids=str)
+@pytest.mark.parametrize("config", SHAPES)
+def test_partial_sum_into_a_given_buffer(config, dtype):
+    """Tensor parallelism's form (tp/comm.py SymmComm): no residual, the product written into a buffer given
+    (here a view into a larger one, as a symmetric buffer's) and returned."""
+    spec = PREFILL["prefill_linear_residual[w2]"]
+    (x, w, residual), kw = spec.make_inputs(config, dtype, DEVICE, 37, 0, None)
+    buf = torch.full((residual.numel() + 64,), float("nan"), dtype=dtype, device=DEVICE)
+    part = buf[: residual.numel()].view(residual.shape)
+    got = spec.kernel(x, w, None, out=part, **kw)
+    assert got.data_ptr() == part.data_ptr() and buf[residual.numel():].isnan().all()
+    want = spec.reference(x, w, torch.zeros_like(residual), **kw)
+    torch.testing.assert_close(got, want, **prefill_tolerance("prefill_linear_residual[w2]", dtype, None))
+
+
 @pytest.mark.parametrize("fp8", FP8, ids=str)
 @pytest.mark.parametrize("dtype", DOT_DTYPES, ids=str)
 @pytest.mark.parametrize("config", SHAPES)

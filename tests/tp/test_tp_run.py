@@ -86,6 +86,18 @@ def test_generate_tp2_streams_the_tp1_text():
     assert one.stdout and two.stdout == one.stdout, "rank 0 alone prints, the same text"
 
 
+@pytest.mark.parametrize("comm", _gpu_params())
+def test_generate_tp2_on_gpus_streams_the_tp1_text_and_exits(comm):
+    """On GPUs with each --tp-comm: nccl's decode graph holds its all-reduces, and a run that destroyed the process
+    group with that graph alive never exited (tp/dist.py finish)."""
+    args = ["-m", "llamafast", "generate", "Once upon a time", "--temperature", "0", "--max-new-tokens", "24",
+            "--dtype", "float32"]
+    one = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120)
+    two = torchrun(2, *args, "--tp-comm", comm, timeout=120)
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert one.stdout and two.stdout == one.stdout
+
+
 @pytest.mark.parametrize("case", ["heads", "missing-on-one-rank"])
 def test_bad_input_stops_every_rank(tmp_path, case):
     """--tp 3 on 8 heads, or a checkpoint that only rank 0 can see: every rank stops with exit 1, and rank 0 says

@@ -20,7 +20,7 @@ from llamafast.config import Backend, DType, SamplingConfig, TPComm
 from llamafast.generate import Engine, stream_tokens
 from llamafast.load import load_model, random_model
 from llamafast.tp.comm import make_comm
-from llamafast.tp.dist import setup
+from llamafast.tp.dist import finish, setup
 
 
 def main(out: Path, source: str, steps: int, comm: str, dtype: str = "float32") -> None:
@@ -55,7 +55,7 @@ def main(out: Path, source: str, steps: int, comm: str, dtype: str = "float32") 
     record["sampled"] = list(stream_tokens(sampler, prompt, steps))
     torch.save(record, out / f"rank{ranks.shard.rank}.pt")
     dist.barrier()  # leave together: a rank exiting with live gloo threads aborts ("terminate called without...")
-    dist.destroy_process_group()
+    finish(ranks)  # with sampler's decode graph alive, as a CLI run's engine is
 
 
 class RoundedPartials:

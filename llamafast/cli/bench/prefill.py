@@ -13,7 +13,7 @@ from llamafast.cli.bench.shared import (
     prompt_lengths, readied, readied_as, target, times,
 )
 from llamafast.cli.common import (
-    ConfigOpt, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, note, pick, stdout_console,
+    ConfigOpt, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, note, stdout_console,
 )
 from llamafast.cli.tp import TP_COMM_HELP, TPOpt, make_comms, on_every_rank, tensor_parallel
 from llamafast.config import Backend, TPComm
@@ -36,7 +36,7 @@ def prefill(
     config: ConfigOpt = None,
     prompt_lens: Annotated[Optional[str], typer.Option(help=f"Comma-separated prompt lengths [default: {DEFAULT_LENGTHS}].")] = None,
     reps: Annotated[int, typer.Option(help="Timed runs per length (the median is reported).")] = 10,
-    chunk: Annotated[Optional[int], typer.Option(help="Prompt tokens per forward pass [default: 2048, generate.PREFILL_CHUNK].")] = None,
+    chunk: Annotated[Optional[int], typer.Option(help="Prompt tokens per forward pass [default: 2048; 4096 under tensor parallelism].")] = None,
     backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: triton and reference on CUDA, triton alone with --weights; reference on the CPU].")] = None,
     weights: BlockCopiesOpt = None,
     tp: TPOpt = None,
@@ -48,23 +48,21 @@ def prefill(
     graphs), on the same weights (with --weights also on their block-format copies). Under torchrun: each rank's
     shard with each --tp-comm, then the whole model on rank 0's GPU (TP=1), where it fits."""
     from llamafast.bench.prefill import add_tp1, run_prefill_bench
-    from llamafast.generate import PREFILL_CHUNK
 
     with clean_errors(), tensor_parallel(tp, device) as ranks:
         t, lengths, backends, blocks = on_every_rank(ranks, lambda: _options(
             model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_lens, reps, chunk, backend,
             weights, tp_comm, ranks))
-        n_chunk = pick(chunk, PREFILL_CHUNK)
         # comms live to the end: the other ranks mapped a symm comm's buffers; the shard is freed on return
-        report, startup, comms = _timed(t, backends, blocks, tp_comm, ranks, lengths, reps, n_chunk)
+        report, startup, comms = _timed(t, backends, blocks, tp_comm, ranks, lengths, reps, chunk)
         beside_tp1(ranks, t, readied_as(backends), None,
-                   lambda whole: add_tp1(report, run_prefill_bench(whole[0], backends, lengths, reps, n_chunk)))
+                   lambda whole: add_tp1(report, run_prefill_bench(whole[0], backends, lengths, reps, chunk)))
         if (ranks is None or ranks.leader) and not emit_json(  # one report under torchrun, rank 0's
                 {**report.to_dict(), "kernels_preloaded": startup.kernels_preloaded}, out, json_out):
             _print_report(report, startup)
 
 
-def _timed(t, backends, blocks, tp_comm, ranks, lengths: list[int], reps: int, n_chunk: int):
+def _timed(t, backends, blocks, tp_comm, ranks, lengths: list[int], reps: int, n_chunk: int | None):
     """t's weights (a rank's shard under tensor parallelism, with each --tp-comm; with blocks, also their
     block-format copies) timed; returns the report, the Startup and the comms. The models are freed on return,
     before beside_tp1 needs the room."""
@@ -112,14 +110,17 @@ def _options(model, tokenizer, random_weights, shape, device, dtype, config, out
 def _print_report(report: PrefillReport, startup: Startup) -> None:
     env = report.environment
     console = stdout_console()
+    chunks = sorted({r.chunk for r in report.results})
+    chunk = f"; chunk {chunks[0]} tokens" if len(chunks) == 1 else ""  # else a column
     console.print(f"{escape(report.model)} {report.dtype} prefill on {env['device']}; torch {env['torch']}, triton "
-                  f"{env['triton']}; chunk {report.chunk} tokens; median of {report.reps} runs{preloaded(startup)}")
-    tp = any(r.tp > 1 for r in report.results)
-    table = Table("backend", "weights", "prompt graphs", *["tp"] * tp, "prompt", "ttft ms", "min ms", "prefill tok/s",
-                  "TFLOP/s", "vs reference", *["vs TP=1"] * tp)
+                  f"{env['triton']}{chunk}; median of {report.reps} runs{preloaded(startup)}")
+    tp, each = any(r.tp > 1 for r in report.results), len(chunks) > 1
+    table = Table("backend", "weights", "prompt graphs", *["tp"] * tp, *["chunk"] * each, "prompt", "ttft ms", "min ms",
+                  "prefill tok/s", "TFLOP/s", "vs reference", *["vs TP=1"] * tp)
     for r in report.results:
         mode = f"{r.tp} {r.tp_comm}" if r.tp_comm else str(r.tp)
-        table.add_row(r.backend, r.weights, "yes" if r.prompt_graphs else "no", *[mode] * tp, str(r.prompt_tokens),
+        table.add_row(r.backend, r.weights, "yes" if r.prompt_graphs else "no", *[mode] * tp, *[str(r.chunk)] * each,
+                      str(r.prompt_tokens),
                       f"{r.ttft_ms:.2f}", f"{r.ttft_ms_min:.2f}", f"{r.prefill_tokens_per_s:.0f}", f"{r.tflop_s:.3g}",
                       times(r.speedup), *[times(r.vs_tp1)] * tp)
     console.print(table)
