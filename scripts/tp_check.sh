@@ -41,7 +41,7 @@ step() {
 mem_gb=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).total_memory // 2**30)")
 
 step tests_sync 60 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/kernels/test_tp_sync.py
-step tests_tp 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/tp/test_tp_run.py
+step tests_tp 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/tp
 step bench_7b 60 $tr -m llamafast bench --random-weights --shape llama-2-7b --new-tokens 256 \
   --out "$out/tp2_7b.json"
 if [ "$mem_gb" -ge 75 ]; then  # 64 GiB of bf16 weights a rank
