@@ -22,7 +22,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from ._common import INTERPRET
 from .gemv_blocks import block_scales
 from .gemv_kquants import k_scales
-from .quantize_activation import rint, workspace_parts
+from .quantize_activation import int8_blocks, workspace_parts
 
 _ASM = tl.constexpr(not INTERPRET)
 # One Q4 word holds 8 weights: its low nibbles are 4 consecutive weights of a block, its high ones the 4 that lie
@@ -198,10 +198,7 @@ def _own_blocks(x_ptr, g_ptr, k0, K, NB: tl.constexpr, NORM: tl.constexpr, EVEN_
     if NORM:
         ss = tl.sum(v * v, axis=1)
         v = v * tl.reshape(tl.load(g_ptr + k, mask=kmask, other=0.0).to(tl.float32), (NB, 32))
-    amax = tl.max(tl.abs(v), axis=1)
-    inv = tl.where(amax > 0, tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), amax), 0.0)
-    q = rint(v * inv[:, None])
-    dx = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
+    q, dx = int8_blocks(v)
     shifts = (8 * tl.arange(0, 4))[None, None, :]
     words = tl.sum((tl.reshape(q, (NB, 8, 4)) & 0xFF) << shifts, axis=2)  # disjoint bytes: the sum is their OR
     if FMT == 3:

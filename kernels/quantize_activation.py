@@ -53,6 +53,16 @@ def rint(v):
 
 
 @triton.jit
+def int8_blocks(v):
+    """v (NB, 32) fp32 -> (q (NB, 32) int32, d (NB,) fp32): d = amax(|v|) / 127 per block, q = round(v / d) by
+    the reciprocal, 0 for a block of zeros. The one rounding of the pass below and of the GEMVs that round their
+    own input (gemv_int8._own_blocks)."""
+    amax = tl.max(tl.abs(v), axis=1)
+    inv = tl.where(amax > 0, tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), amax), 0.0)
+    return rint(v * inv[:, None]), tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
+
+
+@triton.jit
 def _quantize_activation_kernel(x_ptr, g_ptr, ws_ptr, K, NORM: tl.constexpr, BLOCK: tl.constexpr,
                                 PDL: tl.constexpr):
     """BLOCK // 32 blocks of x per program. PDL: launched while the kernel that writes x still runs, it lets the
@@ -67,11 +77,9 @@ def _quantize_activation_kernel(x_ptr, g_ptr, ws_ptr, K, NORM: tl.constexpr, BLO
     if NORM:
         tl.store(ss_ptr + b, tl.sum(v * v, axis=1), mask=b < K // 32)
         v = v * tl.reshape(tl.load(g_ptr + k, mask=k < K, other=0.0).to(tl.float32), (BLOCK // 32, 32))
-    amax = tl.max(tl.abs(v), axis=1)
-    inv = tl.where(amax > 0, tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), amax), 0.0)
-    q = rint(v * inv[:, None])
+    q, d = int8_blocks(v)
     tl.store(ws_ptr + k, tl.reshape(q, (BLOCK,)).to(tl.int8), mask=k < K)
-    tl.store(d_ptr + b, tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32)), mask=b < K // 32)
+    tl.store(d_ptr + b, d, mask=b < K // 32)
     tl.store(s_ptr + b, tl.sum(q, axis=1), mask=b < K // 32)
 
 
