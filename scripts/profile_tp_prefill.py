@@ -26,22 +26,11 @@ from llamafast.load import random_model
 from llamafast.measure.common import environment, random_prompt
 from llamafast.tp.comm import make_comm
 from llamafast.tp.dist import finish, setup
+from profile_tp import NoComm  # scripts/: each rank's partials kept to itself
 
 REPS = 5  # timed prompts per variant (median), after 3 warm-up ones
 PROFILED = 2  # prompts under the profiler per variant
 TOP = 12  # kernels named in the breakdown; the rest are summed as "other"
-
-
-class NoComm:
-    """Each rank's partials kept to itself: a sharded prompt's arithmetic without its communication."""
-
-    name = TPComm.nccl
-
-    def row_linear(self, ops, x, w, residual, slot):
-        return ops.linear_residual(x, w, residual)
-
-    def lm_head(self, ops, x, norm_w, w, eps, slot):
-        return ops.rmsnorm_lm_head(x, norm_w, w, eps)
 
 
 def sync() -> None:
