@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The two-GPU check of tensor parallel, in one run of at most 9.5 minutes on a machine of two GPUs: first what
-# checks (the sync kernels' GPU tests; stories260K's greedy tokens and 7B's logits at TP=2, symm and nccl, against TP=1),
-# then what times: `bench` under torchrun at 7B, 70B (where a GPU holds its 69 GB shard) and 13B with TP=2 symm
-# beside nccl and TP=1, scripts/profile_tp.py's cost per synchronisation point at each shape, and time to first
-# token at 4,000 tokens, then split by kernel (scripts/profile_tp_prefill.py). A step that would not end inside the budget is skipped and says so. Writes each step's
-# raw output into OUTDIR and a summary.md of the figures. Naming steps runs only those; sweep_7b, sweep_13b and
+# checks (the sync kernels' GPU tests; every GPU test under tests/tp: stories260K's greedy tokens, 7B's logits and
+# `generate` at TP=2, symm and nccl, against TP=1), then what times: `bench` under torchrun at 7B, 70B (where a GPU
+# holds its 69 GB shard) and 13B with TP=2 symm beside nccl and TP=1, scripts/profile_tp.py's cost per
+# synchronisation point at each shape, and time to first token at 4,000 tokens, then split by kernel
+# (scripts/profile_tp_prefill.py). A step that would not end inside the budget is skipped and says so. Writes each
+# step's raw output into OUTDIR and a summary.md of the figures. Naming steps runs only those; sweep_7b, sweep_13b and
 # sweep_70b (profile_tp.py --sweep: the launches of symm's consumers, whose winners go into the kernels' "summed"
 # entries by hand) run only when named, as on GPUs other than those the committed entries were swept on.
 #   bash scripts/tp_check.sh OUTDIR [BUDGET_S [STEP ...]]
