@@ -14,12 +14,12 @@ import argparse
 import collections
 import json
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
+from llamafast.bench.prefill import time_prefill
 from llamafast.config import Backend, DType, SamplingConfig, TPComm
 from llamafast.generate import PREFILL_CHUNK, TP_PREFILL_CHUNK, Engine
 from llamafast.load import random_model
@@ -33,38 +33,23 @@ PROFILED = 2  # prompts under the profiler per variant
 TOP = 12  # kernels named in the breakdown; the rest are summed as "other"
 
 
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def ttft_ms(engine: Engine, ids: list[int], group) -> list[float]:
     """Milliseconds from prompt ids to the first token id on the host, REPS times after 3 warm-up prompts; every
     rank starts each prompt together."""
     times = []
-    for i in range(3 + REPS):
+    for _ in range(3 + REPS):
         if group is not None:
             dist.barrier(group=group)
-        sync()
-        t0 = time.perf_counter()
-        engine.prefill(ids)
-        int(engine.token[0])
-        if i >= 3:
-            times.append(1e3 * (time.perf_counter() - t0))
-    return times
+        times += time_prefill(engine, ids, 1)
+    return [1e3 * t for t in times[3:]]
 
 
 def kernels_us(engine: Engine, ids: list[int], group) -> tuple[dict[str, float], float]:
     """(microseconds per prompt of each CUDA kernel, by name, the largest TOP and "other"; wall ms per prompt)."""
     if group is not None:
         dist.barrier(group=group)
-    sync()
     with profile(activities=[ProfilerActivity.CUDA if torch.cuda.is_available() else ProfilerActivity.CPU]) as prof:
-        t0 = time.perf_counter()
-        for _ in range(PROFILED):
-            engine.prefill(ids)
-            int(engine.token[0])
-        wall = 1e3 * (time.perf_counter() - t0) / PROFILED
+        wall = 1e3 * sum(time_prefill(engine, ids, PROFILED)) / PROFILED
     total: dict[str, float] = collections.Counter()
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
