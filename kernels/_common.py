@@ -32,6 +32,10 @@ def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
+def prev_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n.bit_length() - 1)
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 

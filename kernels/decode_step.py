@@ -12,6 +12,8 @@ program is resident: the lowest unfinished task has every input done, and its pr
 Each layer has its own activation rows, padded to 128 bytes, so no SM can hold a stale line of an activation in
 L1: every row is written once per launch, before any program reads it. The counters (and the attention merge's
 tickets) are zeroed before each launch, inside the CUDA graph. The LM head and sampling run after the kernel.
+Weights are float, FP8 or one block format in every layer; block tiles run the per-op GEMVs' int8 loop, each
+rounding its own slice of the activations to int8 blocks (gemv_int8.py), so no op needs a quantize pass.
 
 SEQUENTIAL (the interpreter): one program walks the list in order, so no task waits. STAMPS: each task's start
 and end on the GPU's clock (DecodeStep.stamped). L layers, C dim, F hidden, H heads, KVH kv heads, D head_dim.
@@ -28,7 +30,7 @@ from ._common import INTERPRET, cdiv, dot_dim, next_pow2, scale_arg, w_fp8
 from .counters import report_done, wait_count
 from .decode_attention import attention_config, attention_split
 from .decode_step_plan import (CONFIGS, OPS, LayerTensors, StepConfig, check_layers, offset_table, op_tasks,
-                               row_elems, step_config)
+                               row_elems, step_config, step_key)
 from .decode_step_tasks import at, step_task
 from .linear_residual import linear_residual_tile
 from .rmsnorm_qkv_rope import qkv_rope_tile
@@ -52,7 +54,7 @@ class DecodeStep:
         self.fmt = w_fp8(first.wqkv)
         check_layers(layers, self.fmt)
         dev, dt = first.k_cache.device, first.k_cache.dtype
-        self.cfg = step_config(CONFIGS if configs is None else configs, self.c, self.f, first.wqkv.data.element_size())
+        self.cfg = step_config(CONFIGS if configs is None else configs, step_key(self.c, self.f, first.wqkv))
         att = attention_config(self.kvh, n_heads // self.kvh, attention_configs)
         self.split_len = att.split_len(self.smax)
         self.n_splits = cdiv(self.smax, self.split_len)
@@ -116,7 +118,8 @@ class DecodeStep:
             LAYERS=len(self.layers), C=self.c, F=self.f, N_QKV=self.n_qkv, QD=self.qd, KVD=self.kvh * self.d,
             KVH=self.kvh, HEAD_DIM=self.d, GROUP=self.h // self.kvh, N_SPLITS=self.n_splits,
             XR=self.rows["x"], QR=self.rows["q"], FR=self.rows["f"], PR=self.part_row, LR=self.lse_row,
-            CR=self.count_row, W_FP8=self.fmt,
+            CR=self.count_row, W_FP8=self.fmt, S_QKV=first.wqkv.data.stride(0), S_WO=first.wo.data.stride(0),
+            S_FFN=first.w1.data.stride(0), S_W2=first.w2.data.stride(0),
             T_QKV=self.counts_per_op[0], T_ATT=self.counts_per_op[1], T_WO=self.counts_per_op[2],
             T_FFN=self.counts_per_op[3], T_W2=self.counts_per_op[4],
             BN_QKV=cfg.qkv[0], BK_QKV=cfg.qkv[1], BN_WO=cfg.wo[0], BK_WO=cfg.wo[1], BN_FFN=cfg.ffn[0],
@@ -157,7 +160,9 @@ def _decode_step_kernel(
     LAYERS: tl.constexpr, C: tl.constexpr, F: tl.constexpr, N_QKV: tl.constexpr, QD: tl.constexpr,
     KVD: tl.constexpr, KVH: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, N_SPLITS: tl.constexpr,
     XR: tl.constexpr, QR: tl.constexpr, FR: tl.constexpr, PR: tl.constexpr, LR: tl.constexpr, CR: tl.constexpr,
-    W_FP8: tl.constexpr, T_QKV: tl.constexpr, T_ATT: tl.constexpr, T_WO: tl.constexpr, T_FFN: tl.constexpr,
+    W_FP8: tl.constexpr, S_QKV: tl.constexpr, S_WO: tl.constexpr, S_FFN: tl.constexpr,  # weights' row strides
+    S_W2: tl.constexpr,
+    T_QKV: tl.constexpr, T_ATT: tl.constexpr, T_WO: tl.constexpr, T_FFN: tl.constexpr,
     T_W2: tl.constexpr,  # tasks per op (op_tasks)
     BN_QKV: tl.constexpr, BK_QKV: tl.constexpr, BN_WO: tl.constexpr, BK_WO: tl.constexpr,
     BN_FFN: tl.constexpr, BK_FFN: tl.constexpr, BN_W2: tl.constexpr, BK_W2: tl.constexpr,
@@ -192,7 +197,7 @@ def _decode_step_kernel(
             qkv_rope_tile(
                 tile, x_in, an_ptr + at(off, 10), wqkv_ptr + at(off, 0), sqkv_ptr + at(off, 5),
                 cos_ptr, sin_ptr, pos_ptr, qs_ptr + layer * QR, kc_ptr + at(off, 12), vc_ptr + at(off, 13),
-                N_QKV, C, QD, KVD, C, stride_ch, stride_cs, eps, HEAD_DIM, BN_QKV, BK_QKV, C % BK_QKV == 0, W_FP8,
+                N_QKV, C, QD, KVD, S_QKV, stride_ch, stride_cs, eps, HEAD_DIM, BN_QKV, BK_QKV, C % BK_QKV == 0, W_FP8,
                 wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
             )
         elif op == 1:
@@ -207,20 +212,20 @@ def _decode_step_kernel(
         elif op == 2:
             linear_residual_tile(
                 tile, att_ptr + layer * QR, wo_ptr + at(off, 1), swo_ptr + at(off, 6), x_in,
-                hs_ptr + layer * XR, C, QD, QD, BN_WO, BK_WO, QD % BK_WO == 0, W_FP8,
+                hs_ptr + layer * XR, C, QD, S_WO, BN_WO, BK_WO, QD % BK_WO == 0, W_FP8,
                 wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
             )
         elif op == 3:
             swiglu_tile(
                 tile, hs_ptr + layer * XR, fn_ptr + at(off, 11), w1_ptr + at(off, 2),
                 w3_ptr + at(off, 3), s1_ptr + at(off, 7), s3_ptr + at(off, 8), fs_ptr + layer * FR,
-                F, C, C, eps, BN_FFN, BK_FFN, C % BK_FFN == 0, W_FP8,
+                F, C, S_FFN, eps, BN_FFN, BK_FFN, C % BK_FFN == 0, W_FP8,
                 wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
             )
         else:
             linear_residual_tile(
                 tile, fs_ptr + layer * FR, w2_ptr + at(off, 4), s2_ptr + at(off, 9), hs_ptr + layer * XR,
-                xs_ptr + (layer + 1) * XR, C, F, F, BN_W2, BK_W2, F % BK_W2 == 0, W_FP8,
+                xs_ptr + (layer + 1) * XR, C, F, S_W2, BN_W2, BK_W2, F % BK_W2 == 0, W_FP8,
                 wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
             )
         pending += 1

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
-from llamafast.config import Weight
+from llamafast.config import Weight, WeightFormat
 
-from ._common import INTERPRET, cdiv, next_pow2, scale_arg, w_fp8
+from ._common import INTERPRET, cdiv, next_pow2, prev_pow2, scale_arg, w_fp8
 
 OPS = ("qkv", "attention", "wo", "ffn", "w2")  # per layer, in dependency order; each waits on the one before it
 
@@ -39,19 +39,36 @@ CONFIGS: dict[tuple[int, int, int], StepConfig] = {
                                  max_registers=168, stages=3),
     (4096, 11008, 1): StepConfig((8, 2048), (4, 4096), (4, 2048), (4, 4096), num_warps=4, programs_per_sm=3,
                                  max_registers=168, stages=2),
+    # Q4_0 (persistent/tune_7b_q4_0_v2.txt): 2.469 ms/token at 4 stages, 2.495 at 3, against the per-op graph's
+    # 1.935 in the same process; Q8_0 took step_config's default, 3.868 against 2.819 (tune_7b_q8_0_v2.txt).
+    (4096, 11008, "q4_0"): StepConfig((16, 1024), (8, 1024), (8, 1024), (8, 1024), num_warps=4, programs_per_sm=3,
+                                      max_registers=168, stages=4),
 }
 
 
-def step_config(table: dict, c: int, f: int, nbytes: int) -> StepConfig:
-    """The committed launch for a shape, else the 7B ones' layout: 4 warps, 3 programs per SM at 168 registers,
-    tiles of 2 KB of each of 8 (qkv) or 4 rows (gate and up), 4 KB of each of 4 rows (wo, w2), staged as at 7B."""
-    if (c, f, nbytes) in table:
-        return table[(c, f, nbytes)]
+def step_key(c: int, f: int, w: Weight) -> tuple:
+    """A launch's key in CONFIGS: (C, F, bytes per weight) for float and FP8 weights, (C, F, format) for blocks."""
+    return (c, f, w.fmt.value) if w.fmt.is_block else (c, f, w.data.element_size())
+
+
+def step_config(table: dict, key: tuple) -> StepConfig:
+    """The committed launch for a key (step_key), else the 7B ones' layout: 4 warps, 3 programs per SM at 168
+    registers, tiles of 2 KB of each of 8 (qkv) or 4 rows (gate and up), 4 KB of each of 4 rows (wo, w2), staged
+    as at 7B. Block formats: 1,024 weights along K, as the per-op GEMVs' tuned launches take them at 7B
+    (scripts/results/quant/tuned_launches_b6c7224.txt), rows for about 4 KB (qkv 8 KB) a tile, 3 stages (at 7B Q4_0
+    2.495 ms/token against 2.809 at 2 and 2.917 at 1; Q8_0 3.868 against 4.009 at 2: persistent/tune_7b_*_v2.txt)."""
+    if key in table:
+        return table[key]
+    c, _, what = key
     if INTERPRET:  # one program, few large tiles
         return StepConfig((64, 128), (64, 128), (64, 128), (64, 128), 4, 1)
-    bk = min(2048 // nbytes, next_pow2(max(c, 16)))
+    if isinstance(what, str):
+        bk = min(1024, next_pow2(max(c, 32)))
+        rows = max(2, prev_pow2(32768 // (bk * WeightFormat(what).bits)))
+        return StepConfig((2 * rows, bk), (rows, bk), (rows, bk), (rows, bk), 4, 3, 168, stages=3)
+    bk = min(2048 // what, next_pow2(max(c, 16)))
     wide = min(2 * bk, next_pow2(max(c, 16)))
-    return StepConfig((8, bk), (4, wide), (4, bk), (4, wide), 4, 3, 168, stages=3 if nbytes > 1 else 2)
+    return StepConfig((8, bk), (4, wide), (4, bk), (4, wide), 4, 3, 168, stages=3 if what > 1 else 2)
 
 
 def op_tasks(n_qkv: int, c: int, f: int, kvh: int, n_splits: int, cfg: StepConfig) -> tuple[int, ...]:
@@ -88,9 +105,8 @@ class LayerTensors:
 
 
 def check_layers(layers: list[LayerTensors], fmt: int) -> None:
-    """Every layer's weights contiguous, in one float or FP8 format (W_FP8 code fmt; model.assemble refuses the
-    block formats, which run the per-op GEMVs only) and one shape; one cache layout."""
-    assert fmt < 3, "block-format weights: the persistent step runs float and FP8 weights only"
+    """Every layer's weights contiguous, in one format (W_FP8 code fmt: the kernel compiles one; model.assemble
+    refuses layers that mix them) and one shape; one cache layout."""
     for i, t in enumerate(layers):
         for name in ("wqkv", "wo", "w1", "w3", "w2"):
             w = getattr(t, name)

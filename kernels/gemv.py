@@ -32,7 +32,7 @@ def dot_rows(
     NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr,  # fuse RMSNorm; also W2[rows] @ x; K % BLOCK_K == 0
     W_FP8: tl.constexpr,  # 0: float weights; 1: E5M2 bit patterns in int8; 2: E4M3 in int8 with fp32 row scales;
     # 3-5: the block formats Q8_0, Q4_0, Q4_1, 6-8 Q4_K, Q5_K, Q6_K, on int8 activations: x quantize_activation.py's
-    # int8 blocks, or x itself, which the GEMV rounds to them (gemv_int8.py); on the per-op path only (PREFETCH == 0)
+    # int8 blocks, or x itself, which the GEMV rounds to them (gemv_int8.py; the persistent kernel's x is always x)
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x is x + PARTS fp32 partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (use_pdl): see _first_tile
     wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT, PARTS: x is ready once *wait_ptr >= wait_target
@@ -48,9 +48,9 @@ def dot_rows(
         if not PDL:
             wait_arrivals(wait_ptr, wait_target)
     if W_FP8 >= 3:  # the block formats: their own loop, so the float and FP8 loops below compile without it
-        tl.static_assert(PREFETCH == 0 and PARTS == 0, "block-format weights run the per-op GEMVs on one GPU")
+        tl.static_assert(PARTS == 0, "block-format weights run on one GPU")
         return dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, rows, row_mask, K, stride_wn, BLOCK_N, BLOCK_K,
-                        NORM, PAIR, EVEN_K, W_FP8, PDL)
+                        NORM, PAIR, EVEN_K, W_FP8, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT, PREFETCH)
     offs = rows[:, None].to(tl.int64) * stride_wn
     if PREFETCH > 1:
         return _staged(w_ptr + offs, w2_ptr + offs, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,

@@ -19,70 +19,23 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from ._common import INTERPRET
+from .counters import wait_count
+from .dp4a import byte_sums, q4_dot, q8_dot, u8_dot
 from .gemv_blocks import block_scales
 from .gemv_kquants import k_scales
 from .quantize_activation import int8_blocks, workspace_parts
-
-_ASM = tl.constexpr(not INTERPRET)
-# One Q4 word holds 8 weights: its low nibbles are 4 consecutive weights of a block, its high ones the 4 that lie
-# 16 further on (GGUF's order), so it meets two activation words: (lo, hi) -> dp4a(lo nibbles, xl) + dp4a(hi, xh).
-_Q4_DOT = tl.constexpr("{ .reg .b32 l, h; and.b32 l, $1, 0x0F0F0F0F; shr.u32 h, $1, 4; and.b32 h, h, 0x0F0F0F0F; "
-                       "dp4a.u32.s32 $0, l, $2, 0; dp4a.u32.s32 $0, h, $3, $0; }")
-_Q8_DOT = tl.constexpr("dp4a.s32.s32 $0, $1, $2, 0;")
-_U8_DOT = tl.constexpr("dp4a.u32.s32 $0, $1, $2, 0;")
-_BYTE_SUMS = tl.constexpr("dp4a.s32.s32 $0, $1, 0x01010101, 0;")
-
-
-@triton.jit
-def _bytes_dot(a, b, A_SIGNED: tl.constexpr):
-    """dp4a for the interpreter, which runs no PTX: the sum of the products of a's and b's bytes (b's signed)."""
-    acc = tl.zeros_like(a)
-    for j in tl.static_range(4):
-        ab = (a >> (8 * j)) & 0xFF
-        if A_SIGNED:
-            ab = ab - ((ab & 0x80) << 1)
-        bb = (b >> (8 * j)) & 0xFF
-        acc += ab * (bb - ((bb & 0x80) << 1))
-    return acc
-
-
-@triton.jit
-def _q4_dot(w, xl, xh):
-    if _ASM:
-        return tl.inline_asm_elementwise(_Q4_DOT, "=r,r,r,r", [w, xl, xh], dtype=tl.int32, is_pure=True, pack=1)
-    return _bytes_dot(w & 0x0F0F0F0F, xl, False) + _bytes_dot((w >> 4) & 0x0F0F0F0F, xh, False)
-
-
-@triton.jit
-def _q8_dot(w, x):
-    if _ASM:
-        return tl.inline_asm_elementwise(_Q8_DOT, "=r,r,r", [w, x], dtype=tl.int32, is_pure=True, pack=1)
-    return _bytes_dot(w, x, True)
-
-
-@triton.jit
-def _u8_dot(w, x):
-    """dp4a of unsigned weight bytes (Q5_K's and Q6_K's merged words) and signed activation bytes."""
-    if _ASM:
-        return tl.inline_asm_elementwise(_U8_DOT, "=r,r,r", [w, x], dtype=tl.int32, is_pure=True, pack=1)
-    return _bytes_dot(w, x, False)
-
-
-@triton.jit
-def _byte_sums(x):
-    """The sum of each activation word's four signed bytes."""
-    if _ASM:
-        return tl.inline_asm_elementwise(_BYTE_SUMS, "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1)
-    return _bytes_dot(tl.full(x.shape, 0x01010101, tl.int32), x, False)
 
 
 @triton.jit
 def dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, rows, row_mask, K, stride_wn,
              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
-             EVEN_K: tl.constexpr, FMT: tl.constexpr, PDL: tl.constexpr):
+             EVEN_K: tl.constexpr, FMT: tl.constexpr, PDL: tl.constexpr,
+             wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False, STAGES: tl.constexpr = 0):
     """dot_rows for FMT 3 (Q8_0), 4 (Q4_0), 5 (Q4_1), 6-8 (Q4_K, Q5_K, Q6_K), x the int8 workspace (with sum(x^2)
-    when NORM) or x itself (float, times g when NORM), which each tile rounds to those int8 blocks (_own_blocks)."""
+    when NORM) or x itself (float, times g when NORM), which each tile rounds to those int8 blocks (_own_blocks).
+    The persistent kernel's tasks (decode_step.py) WAIT on its counter after reading their first tile, as a PDL
+    launch waits for the kernel before it, and with STAGES > 1 copy the later tiles that far ahead to shared
+    memory (Triton's software pipeline)."""
     NB: tl.constexpr = BLOCK_K // 32
     C: tl.constexpr = BLOCK_K // 4 if FMT == 3 else BLOCK_K // 8  # weight words per tile row
     offs = rows[:, None].to(tl.int64) * stride_wn
@@ -90,24 +43,43 @@ def dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, rows, row_mask, K, stri
     acc, acc2 = tl.zeros((BLOCK_N, NB), dtype=tl.float32), tl.zeros((BLOCK_N, NB), dtype=tl.float32)
     ss = tl.zeros((NB,), dtype=tl.float32)
     start = 0
-    if PDL:  # the first weight tile is read while the kernel that writes x still runs (gemv._first_tile)
-        gdc_launch_dependents()
+    if PDL or WAIT:  # the first weight tile is read while x is still being written (gemv._first_tile)
+        if PDL:
+            gdc_launch_dependents()
         w = _words(w_rows, 0, K, row_mask, EVEN_K, C, FMT)
         w2 = w
         if PAIR:
             w2 = _words(w2_rows, 0, K, row_mask, EVEN_K, C, FMT)
-        gdc_wait()
+        if PDL:
+            gdc_wait()
+        else:
+            wait_count(wait_ptr, wait_target, watchdog_ptr)
         acc, acc2, ss = _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, g_ptr, 0, K, row_mask, acc, acc2, ss, BLOCK_N,
                               BLOCK_K, NORM, PAIR, EVEN_K, FMT)
         start = BLOCK_K
-    for k0 in range(start, K, BLOCK_K):  # its own names: the weight words are not carried from step to step
-        wk = _words(w_rows, k0, K, row_mask, EVEN_K, C, FMT)
-        wk2 = wk
-        if PAIR:
-            wk2 = _words(w2_rows, k0, K, row_mask, EVEN_K, C, FMT)
-        acc, acc2, ss = _tile(wk, wk2, s_ptr, s2_ptr, rows, x_ptr, g_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N,
-                              BLOCK_K, NORM, PAIR, EVEN_K, FMT)
+    if STAGES > 1:
+        for k0 in tl.range(start, K, BLOCK_K, num_stages=STAGES):
+            acc, acc2, ss = _loaded_tile(w_rows, w2_rows, s_ptr, s2_ptr, rows, x_ptr, g_ptr, k0, K, row_mask, acc,
+                                         acc2, ss, BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, FMT)
+    else:
+        for k0 in range(start, K, BLOCK_K):
+            acc, acc2, ss = _loaded_tile(w_rows, w2_rows, s_ptr, s2_ptr, rows, x_ptr, g_ptr, k0, K, row_mask, acc,
+                                         acc2, ss, BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, FMT)
     return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(ss, axis=0)
+
+
+@triton.jit
+def _loaded_tile(w_rows, w2_rows, s_ptr, s2_ptr, rows, x_ptr, g_ptr, k0, K, row_mask, acc, acc2, ss,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
+                 EVEN_K: tl.constexpr, FMT: tl.constexpr):
+    """The tile at k0, its weight words loaded here (not carried from step to step), added as _tile adds it."""
+    C: tl.constexpr = BLOCK_K // 4 if FMT == 3 else BLOCK_K // 8
+    w = _words(w_rows, k0, K, row_mask, EVEN_K, C, FMT)
+    w2 = w
+    if PAIR:
+        w2 = _words(w2_rows, k0, K, row_mask, EVEN_K, C, FMT)
+    return _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, g_ptr, k0, K, row_mask, acc, acc2, ss, BLOCK_N, BLOCK_K, NORM,
+                 PAIR, EVEN_K, FMT)
 
 
 @triton.jit
@@ -155,8 +127,8 @@ def _tile(w, w2, s_ptr, s2_ptr, rows, x_ptr, g_ptr, k0, K, row_mask, acc, acc2, 
     else:
         xa, xb, dx, xs, ss_tile = _own_blocks(x_ptr, g_ptr, k0, K, NB, NORM, EVEN_K, FMT)
     if FMT == 8:  # Q6_K scales each half of a block: the sums of the activations of each
-        xs = (tl.sum(tl.reshape(_byte_sums(xa), (NB, C // NB)), axis=1),
-              tl.sum(tl.reshape(_byte_sums(xb), (NB, C // NB)), axis=1))
+        xs = (tl.sum(tl.reshape(byte_sums(xa), (NB, C // NB)), axis=1),
+              tl.sum(tl.reshape(byte_sums(xb), (NB, C // NB)), axis=1))
     if NORM:
         ss += ss_tile
     acc += _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N, NB, C, EVEN_K, FMT)
@@ -219,11 +191,11 @@ def _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constex
         smask = row_mask[:, None] if EVEN_K else row_mask[:, None] & (bk < K // 32)[None, :]
         s_lo, s_hi, m = k_scales(s_ptr, rows, bk, K, smask, FMT)
     if FMT == 8:
-        lo = tl.sum(tl.reshape(_u8_dot(w[0], xa), (BLOCK_N, NB, C // NB)), axis=2) - 32 * xs[0][None, :]
-        hi = tl.sum(tl.reshape(_u8_dot(w[1], xb), (BLOCK_N, NB, C // NB)), axis=2) - 32 * xs[1][None, :]
+        lo = tl.sum(tl.reshape(u8_dot(w[0], xa), (BLOCK_N, NB, C // NB)), axis=2) - 32 * xs[0][None, :]
+        hi = tl.sum(tl.reshape(u8_dot(w[1], xb), (BLOCK_N, NB, C // NB)), axis=2) - 32 * xs[1][None, :]
         part = (lo.to(tl.float32) * s_lo + hi.to(tl.float32) * s_hi) * dx[None, :]
     elif FMT >= 6:  # Q4_K, Q5_K: Q4_1's sums, with the scale d*sc and the min -dmin*m of each block's 6-bit pair
-        p = _u8_dot(w[0], xa) + _u8_dot(w[1], xb) if FMT == 7 else _q4_dot(w, xa, xb)
+        p = u8_dot(w[0], xa) + u8_dot(w[1], xb) if FMT == 7 else q4_dot(w, xa, xb)
         isum = tl.sum(tl.reshape(p, (BLOCK_N, NB, C // NB)), axis=2)
         part = (isum.to(tl.float32) * s_lo - m * xs.to(tl.float32)[None, :]) * dx[None, :]
     else:
@@ -235,7 +207,7 @@ def _blocks(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constex
 def _blocks_32(w, s_ptr, rows, bk, xa, xb, dx, xs, row_mask, K, BLOCK_N: tl.constexpr, NB: tl.constexpr,
                C: tl.constexpr, EVEN_K: tl.constexpr, FMT: tl.constexpr):
     """_blocks for the formats with an fp16 scale per 32 weights: Q8_0, Q4_0, Q4_1."""
-    p = _q8_dot(w, xa) if FMT == 3 else _q4_dot(w, xa, xb)
+    p = q8_dot(w, xa) if FMT == 3 else q4_dot(w, xa, xb)
     isum = tl.sum(tl.reshape(p, (BLOCK_N, NB, C // NB)), axis=2)
     if FMT == 4:
         isum -= 8 * xs[None, :]

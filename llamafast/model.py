@@ -306,14 +306,16 @@ def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backe
     if blocks and (layout is not None or shard is not None):
         what = "the sparse FFN" if layout is not None else "tensor parallel"
         raise LlamafastError(f"{what} runs float and FP8 weights, not {blocks[0]} blocks; dequantize the model first")
-    in_layers = sorted({f.value for n, f in [("", weights), *formats.items()] if f.is_block and n != "output.weight"})
-    if in_layers and backend.layers is not None:  # the persistent step's one kernel; the LM head is per-op
-        raise persistent_refusal(in_layers[0])
     with torch.device("meta"):
         model = Transformer(config, backend, layout, shard)
         for i, layer in enumerate(model.layers):
             if f"layers.{i}.attention.wv.weight" in state:
                 layer.attention.split_v(config)
+    if backend.layers is not None:  # the persistent step's one kernel compiles one format; the LM head is per-op
+        in_layers = {formats.get(n + ".weight", weights).value for n, m in model.named_modules()
+                     if isinstance(m, _Linear) and n != "output" and not n.endswith("router")}
+        if len(in_layers) > 1:
+            raise persistent_refusal(sorted(in_layers))
     state = dict(state)
     scales = {name: state.pop(name) for name in [n for n in state if n.endswith(".scale")]}
     packed = {}  # block weights are not (N, K): they are set after the state is loaded around them

@@ -7,7 +7,6 @@ CONFIGS tables by hand, beside a comment that cites the committed output (docs/t
     python scripts/tune.py sparse --shape llama-2-7b --out scripts/results/sparse/tune_7b.json
     python scripts/tune.py tp --shape llama-2-7b --world 2 --out scripts/results/tp/tune_tp2_7b.json
     TRITON_CACHE_DIR=$(mktemp -d) python scripts/tune.py first-use --shape llama-2-7b --out OUT.json
-    python scripts/tune.py persistent --shape llama-2-7b [--fp8 e5m2] --out scripts/results/persistent/tune_7b.json
 """
 
 from __future__ import annotations
@@ -317,55 +316,6 @@ def first_use(a) -> None:
                   "launches": launches, "runs": runs})
 
 
-# -- persistent: the one-kernel decode step ---------------------------------------------------------------------
-# (warps, programs per SM, registers, StepConfig.stages, (block_n, bf16 block_k) of qkv, wo, ffn, w2; FP8 tiles
-# as many bytes; registers cap the programs per SM at launch). v8: fewer programs of more warps (counters.py).
-_TILES = ((8, 1024), (4, 2048), (4, 1024), (4, 2048))
-_TILES2 = ((16, 1024), (8, 2048), (8, 1024), (8, 2048))  # twice the rows, for twice the warps
-PERSISTENT_GRID = [(4, n, 168, 3, *_TILES) for n in (3, 2, 1)] + [
-    (8, 1, 168, 3, *_TILES), (8, 1, 168, 3, *_TILES2), (8, 2, 128, 3, *_TILES2), (16, 1, 128, 3, *_TILES2)]
-
-
-def persistent(a) -> None:
-    """The persistent decode kernel's tiles, warps and programs per SM at a shape: each launch checked against the
-    per-op kernels' logits over 8 steps, then timed (graphed steps) beside the per-op graph, timed first and last."""
-    from profile_tp import step_ms
-    from llamafast.backends import with_backend
-    from llamafast.kernels.decode_step_plan import StepConfig
-    per_op = random_model(a.shape, CUDA, DType.bfloat16, Backend.triton, fp8=FP8Format(a.fp8) if a.fp8 else None).model
-    c, nbytes = per_op.config, per_op.layers[0].attention.wqkv.weight.element_size()
-    key = (c.dim, c.hidden_dim, nbytes)
-    tokens = torch.randint(3, c.vocab_size, (24,), generator=torch.Generator().manual_seed(0)).tolist()
-    want = _decode_logits(per_op, tokens)
-    rows = [{"variant": "per-op", "ms_per_token": step_ms(per_op, a.steps)}]
-    print(f"{a.shape} {a.fp8 or 'bf16'}: per-op graph {rows[0]['ms_per_token']:.4f} ms/token", flush=True)
-    for warps, per_sm, regs, stages, *tiles in PERSISTENT_GRID:
-        cfg = StepConfig(*[(bn, bk * (2 // nbytes)) for bn, bk in tiles], warps, per_sm, regs, stages)  # FP8: same bytes
-        model = with_backend(per_op, Backend.persistent)
-        model.backend.launches["decode_step"][key] = cfg
-        try:
-            err = max(((x - y).norm() / y.norm()).item() for x, y in zip(_decode_logits(model, tokens), want))
-            ms = step_ms(model, a.steps)
-        except Exception as e:  # noqa: BLE001 (a launch the compiler rejects)
-            print(f"  {cfg}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
-            continue
-        step = model._decode_step[1]
-        rows.append({"variant": "persistent", "config": dataclasses.asdict(cfg), "programs": step.grid, "registers":
-                     step.n_regs, "spills": step.n_spills, "ms_per_token": ms, "logits_rel_err_vs_per_op": err})
-        print(f"  {cfg} grid {step.grid} regs {step.n_regs} spills {step.n_spills}: {ms:.4f} ms/token, "
-              f"logits rel. err. {err:.1e}", flush=True)
-    rows.append({"variant": "per-op, again", "ms_per_token": step_ms(per_op, a.steps)})
-    write(a.out, {"shape": a.shape, "fp8": a.fp8, "key": key, "environment": environment(CUDA), "runs": rows})
-
-
-def _decode_logits(model, tokens: list[int], n_prompt: int = 16) -> list[torch.Tensor]:
-    seq, pos = torch.tensor(tokens, device=CUDA), lambda i: torch.tensor(i, device=CUDA)
-    with torch.no_grad():
-        model.setup_cache(len(tokens))
-        model(seq[:n_prompt], pos(0))
-        return [model(seq[i: i + 1], pos(i)) for i in range(n_prompt, len(tokens))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -374,14 +324,13 @@ def main() -> None:
                                ("prefill", prefill, "the prompt kernels' tiles and the prefill chunk, at 7B"),
                                ("sparse", sparse, "the sparse FFN's gather, scatter and selection launches"),
                                ("tp", tp, "the decode GEMVs at a tensor-parallel rank's shard shapes, on one GPU"),
-                               ("first-use", first_use, "tuning on first use against its aims"),
-                               ("persistent", persistent, "the persistent decode kernel's launch at a model shape")):
+                               ("first-use", first_use, "tuning on first use against its aims")):
         cmd = commands[name] = sub.add_parser(name, help=summary, description=" ".join(run.__doc__.split()))
         cmd.set_defaults(run=run)
         if name != "prefill":
             cmd.add_argument("--shape", default="llama-2-7b")
         cmd.add_argument("--out", required=name != "prefill", help="the JSON report")
-    for name in ("decode", "first-use", "persistent"):
+    for name in ("decode", "first-use"):
         commands[name].add_argument("--fp8", choices=[f.value for f in FP8Format], help="FP8 weights of this format")
     commands["decode"].add_argument("--contexts", default="512,4096", help="attention's positions")
     commands["decode"].add_argument("--weights", choices=list(BLOCK_FORMATS), help="block weights (no --fp8)")
@@ -389,7 +338,6 @@ def main() -> None:
     commands["sparse"].add_argument("--variants", default="router-bf16,router-fp8,gate-bf16,gate-fp8",
                                     help="MODE-WEIGHTS pairs to sweep")
     commands["tp"].add_argument("--world", type=int, default=2, help="the tensor-parallel size whose rank 0 is tuned")
-    commands["persistent"].add_argument("--steps", type=int, default=100, help="decode steps timed per launch")
     commands["first-use"].add_argument("--prompt-len", type=int, default=16)
     commands["first-use"].add_argument("--new-tokens", type=int, default=256)
     commands["first-use"].add_argument("--rounds", type=int, default=2, help="decode runs per table, alternating")

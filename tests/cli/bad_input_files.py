@@ -162,13 +162,13 @@ def quantized(tmp: Path) -> Path:
 
 
 def gguf(tmp: Path, kind: str = "F32", arch: str = "llama", chat_template: str | int | None = None,
-          **special: int | None) -> Path:
+          kinds: dict[str, str] | None = None, **special: int | None) -> Path:
     from llamafast.config import ModelConfig
 
     from ..gguf_models.gguf_files import write_gguf
 
     config = ModelConfig(**{**SMALL, "multiple_of": 32})  # rows of whole 32-value quant blocks
-    write_gguf(tmp / "m.gguf", config, meta_state(config), kind, arch, chat_template, special=special)
+    write_gguf(tmp / "m.gguf", config, meta_state(config), kind, arch, chat_template, special=special, kinds=kinds)
     return tmp / "m.gguf"
 
 

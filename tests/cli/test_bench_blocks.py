@@ -114,25 +114,31 @@ def test_bench_refuses_copies_that_cannot_fit_even_alone(tiny, monkeypatch):
     assert r.exit_code == 1 and "time fewer formats at once" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_the_persistent_backend_refuses_block_layers_but_takes_a_block_lm_head():
-    """Its one-kernel step runs the layers' float and FP8 weights only; the LM head stays a per-op kernel."""
+def test_the_persistent_backend_takes_one_block_format_and_refuses_layers_that_mix_them():
+    """Its one-kernel step compiles one weight format for every layer: a Q4_0 model (Q8_0 LM head, which runs per
+    op) is built, and one whose layers mix Q4_0 with Q8_0 is refused by name."""
     from llamafast.backends import build
     from llamafast.config import Backend
     from llamafast.errors import LlamafastError
 
     floats = random_state(TINY, torch.device("cpu"), torch.float32)
-    with pytest.raises(LlamafastError, match="the persistent backend runs float and FP8 weights, not q4_0 blocks"):
-        build(TINY, block_state(floats, WeightFormat.q4_0), Backend.persistent, WeightFormat.q4_0, WeightFormat.q8_0)
-    data, scale = quantize_blocks(floats["output.weight"], WeightFormat.q8_0)
-    head = {**floats, "output.weight": data, "output.scale": scale}
-    model = build(TINY, head, Backend.persistent, WeightFormat.float, WeightFormat.q8_0)
-    assert model.weight_formats == (WeightFormat.float, WeightFormat.q8_0)
+    state = block_state(floats, WeightFormat.q4_0)
+    model = build(TINY, state, Backend.persistent, WeightFormat.q4_0, WeightFormat.q8_0)
+    assert model.weight_formats == (WeightFormat.q4_0, WeightFormat.q8_0)
+    name = "layers.1.feed_forward.w2.weight"
+    data, scale = quantize_blocks(floats[name], WeightFormat.q8_0)
+    mixed = {**state, name: data, name.replace(".weight", ".scale"): scale}
+    with pytest.raises(LlamafastError, match="runs one weight format in every layer, and this model's layers mix "
+                                             "q4_0 and q8_0; run it with --backend triton"):
+        build(TINY, mixed, Backend.persistent, WeightFormat.q4_0, WeightFormat.q8_0,
+              formats={name: WeightFormat.q8_0})
 
 
-@pytest.mark.parametrize("kind", ["F32", "Q4_0"])
-def test_bench_leaves_persistent_out_of_its_default_for_a_file_of_block_layers(tmp_path, monkeypatch, kind):
-    """On CUDA bench decode times every backend by default; with a GGUF's block layers all but persistent, and
-    --backend persistent is refused before any weights load."""
+@pytest.mark.parametrize("kind,mixed", [("F32", False), ("Q4_0", False), ("Q4_0", True)])
+def test_bench_leaves_persistent_out_of_its_default_for_a_file_whose_layers_mix_formats(tmp_path, monkeypatch, kind,
+                                                                                        mixed):
+    """On CUDA bench decode times every backend by default, a GGUF's block layers in one format included; where
+    they mix formats, all but persistent, and --backend persistent is refused before any weights load."""
     import dataclasses
 
     from llamafast.config import Backend
@@ -141,11 +147,12 @@ def test_bench_leaves_persistent_out_of_its_default_for_a_file_of_block_layers(t
     from .bad_input_files import gguf
 
     decode = importlib.import_module("llamafast.cli.bench.decode")  # the package's `decode` is the command
-    path, real = gguf(tmp_path, kind), decode.target
+    path = gguf(tmp_path, kind, kinds={"layers.1.feed_forward.w2.weight": "Q8_0"} if mixed else None)
+    real = decode.target
     monkeypatch.setattr(decode, "target", lambda *a: dataclasses.replace(real(*a), device=torch.device("cuda")))
     options = [str(path), None, False, None, "cpu", None, None, None, 4, 8]  # ..., out, prompt_len, new_tokens
     backends = decode._decode_options(*options, None, None, None, None, None)[3]
-    assert backends == [b for b in Backend if kind == "F32" or b != Backend.persistent]
-    if kind != "F32":
-        with pytest.raises(LlamafastError, match="not q4_0 blocks; run them with --backend triton"):
+    assert backends == [b for b in Backend if not mixed or b != Backend.persistent]
+    if mixed:
+        with pytest.raises(LlamafastError, match="layers mix q4_0 and q8_0; run it with --backend triton"):
             decode._decode_options(*options, [Backend.persistent], None, None, None, None)

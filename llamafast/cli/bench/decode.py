@@ -11,7 +11,7 @@ from rich.table import Table
 
 from llamafast.cli.bench.shared import (
     BlockCopiesOpt, FP8BesideOpt, JsonOpt, NewTokensOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt,
-    beside_tp1, block_copies, check_backends, held_blocks, preloaded, readied, readied_as, target, times,
+    beside_tp1, block_copies, check_backends, mixed_blocks, preloaded, readied, readied_as, target, times,
     token_counts,
 )
 from llamafast.cli.common import (
@@ -37,7 +37,7 @@ def decode(
     config: ConfigOpt = None,
     prompt_len: PromptLenOpt = None,
     new_tokens: NewTokensOpt = None,
-    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: all the device runs, but persistent for a file of block weights; triton and persistent with --fp8; triton alone with --weights or --tp].")] = None,
+    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: all the device runs, but persistent for a file whose layers mix block formats; triton and persistent with --fp8; triton alone with --weights or --tp].")] = None,
     fp8: FP8BesideOpt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
     weights: BlockCopiesOpt = None,
@@ -122,11 +122,11 @@ def _decode_options(model, tokenizer, random_weights, shape, device, dtype, conf
     n_prompt, n_new = token_counts(t, prompt_len, new_tokens)
     backends = backend or ([t.run.backend] if t.run.backend else None)
     blocks = block_copies(weights, t, fp8, ranks, backends or [])
-    held = held_blocks(t, fp8, ranks, backends or [])
+    mixed = mixed_blocks(t, fp8, ranks, backends or [])
     if backends is None:
         cuda = t.device.type == "cuda"
-        fused = [Backend.triton] if ranks or blocks or held else [Backend.triton, Backend.persistent]
-        every = [b for b in Backend if b != Backend.persistent or not held]
+        fused = [Backend.triton] if ranks or blocks else [Backend.triton, Backend.persistent]
+        every = [b for b in Backend if b != Backend.persistent or not mixed]
         backends = fused if cuda and (fp8 or blocks or ranks) else every if cuda else [Backend.reference]
     check_backends(backends, t.device, ranks)
     return t, n_prompt, n_new, backends, blocks

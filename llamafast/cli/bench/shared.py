@@ -170,8 +170,9 @@ def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks
         raise LlamafastError("--weights and --fp8 each time a copy of the float weights; run one bench for each")
     if names and ranks:
         raise LlamafastError(f"tensor parallel runs float and FP8 weights, not {names[0]} blocks; drop --weights")
-    if names and Backend.persistent in backends:
-        raise persistent_refusal(names[0])
+    mixes = [MIXES[n] for n in names if n in MIXES]
+    if mixes and Backend.persistent in backends:
+        raise persistent_refusal(sorted({mixes[0].base.value, mixes[0].more.value}))
     fmts = [MIXES[n] if n in MIXES else WeightFormat(n) for n in dict.fromkeys(names)]
     for fmt in fmts:
         check_blockable(t.config, fmt)
@@ -180,18 +181,18 @@ def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks
     return fmts
 
 
-def held_blocks(t: Target, fp8: FP8Format | None, ranks, backends: list[Backend]) -> bool:
-    """Whether t's layers are block weights kept as blocks (a GGUF's, unless --fp8 or tensor parallel reads them
-    dequantized; a llamafast block checkpoint's): the persistent step runs none, so it is left out of the default
-    backends, and refused by name before any weights load."""
-    from llamafast.load.weights import held_blocks as held_by
+def mixed_blocks(t: Target, fp8: FP8Format | None, ranks, backends: list[Backend]) -> bool:
+    """Whether t's layers hold block weights of more than one format, kept as blocks (a GGUF's, unless --fp8 or
+    tensor parallel reads them dequantized; a llamafast block checkpoint's): the persistent step compiles one, so
+    it is left out of the default backends, and refused by name before any weights load."""
+    from llamafast.load.weights import held_blocks
 
     if isinstance(t.source, str) or fp8 is not None or ranks:
         return False
-    held = held_by(t.source.checkpoint)
-    if held and Backend.persistent in backends:
-        raise persistent_refusal(held[0])
-    return bool(held)
+    held = held_blocks(t.source.checkpoint)
+    if len(held) > 1 and Backend.persistent in backends:
+        raise persistent_refusal(held)
+    return len(held) > 1
 
 
 def _check_float(ckpt) -> None:
