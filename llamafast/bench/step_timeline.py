@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from llamafast.bench.timeline import OpRow, Timeline
+from llamafast.bench.timeline import OpRow, Timeline, weight_format
 from llamafast.config import SamplingConfig
 from llamafast.generate import Engine
 from llamafast.measure.common import environment, random_prompt
@@ -81,7 +81,7 @@ def run_step_timeline(model, weights: str, fp8: FP8Format | None, n_prompt: int,
 
     def bytes_of(op: str) -> int:
         spec = REGISTRY.get(op)
-        return spec.bytes_moved(c, dtype, context, fp8) if spec is not None else 0
+        return spec.bytes_moved(c, dtype, context, weight_format(model, op) or fp8) if spec is not None else 0
 
     timeline = summarize_steps(steps, len(model.layers), step.counts_per_op, step.grid, bytes_of, copy_bw_gb_s,
                                weights, context)

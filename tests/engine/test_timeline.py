@@ -113,6 +113,21 @@ def test_persistent_timeline_of_a_real_step():
 
 
 @pytest.mark.gpu
+def test_persistent_timeline_counts_block_bytes():
+    """A persistent step of Q4_0 blocks (SmolLM2's shape, random weights): each op's bytes are its blocks', the
+    registry's count for q4_0, as the per-op timeline counts them."""
+    from llamafast.load import random_block_models
+
+    lm = random_block_models("smollm2-135m", torch.device("cuda"), DType.bfloat16, Backend.persistent,
+                             [WeightFormat.q4_0])[0]
+    t = run_step_timeline(lm.model, lm.weights, None, n_prompt=8, replays=3, copy_bw_gb_s=1000.0)
+    rows, c = {r.op: r for r in t.ops}, lm.model.config
+    for op in ("rmsnorm_qkv_rope", "linear_residual[wo]", "rmsnorm_swiglu", "linear_residual[w2]"):
+        want = REGISTRY[op].bytes_moved(c, torch.bfloat16, t.context, WeightFormat.q4_0)
+        assert rows[op].bytes == want < REGISTRY[op].bytes_moved(c, torch.bfloat16, t.context, None), op
+
+
+@pytest.mark.gpu
 @requires_smollm2
 def test_timeline_of_block_weights():
     """SmolLM2's Q4_1 file on the GPU: each GEMV's bytes are its blocks' (the registry's count for q4_1), and the
