@@ -55,6 +55,14 @@ def held_blocks(ckpt: Checkpoint) -> list[str]:
     return sorted(held | ({layers.value} if layers.is_block else set()))
 
 
+def layer_formats(ckpt: Checkpoint) -> list[str]:
+    """The formats of the layers' linear weights as the model will hold them, sorted: a kept block tensor's own,
+    any other the layers' (a GGUF tensor read dequantized is float). The LM head is left out: it runs per op."""
+    layers, blocks = checkpoint_formats(ckpt)[0], block_formats(ckpt)
+    names = [n for n in tensor_plan(ckpt) if is_quantized_linear(n) and n != "output.weight"]
+    return sorted({blocks.get(n, layers).value for n in names})
+
+
 def sparse_layout(ckpt: Checkpoint) -> SparseLayout | None:
     """A sparsified checkpoint's FFN layout, from the "sparse" record llamafast sparsify writes."""
     record = ckpt.metadata.get("sparse") if ckpt.format == "llamafast" else None

@@ -134,11 +134,12 @@ def test_the_persistent_backend_takes_one_block_format_and_refuses_layers_that_m
               formats={name: WeightFormat.q8_0})
 
 
-@pytest.mark.parametrize("kind,mixed", [("F32", False), ("Q4_0", False), ("Q4_0", True)])
+@pytest.mark.parametrize("kind,other", [("F32", None), ("Q4_0", None), ("Q4_0", "Q8_0"), ("Q4_0", "F32")])
 def test_bench_leaves_persistent_out_of_its_default_for_a_file_whose_layers_mix_formats(tmp_path, monkeypatch, kind,
-                                                                                        mixed):
+                                                                                        other):
     """On CUDA bench decode times every backend by default, a GGUF's block layers in one format included; where
-    they mix formats, all but persistent, and --backend persistent is refused before any weights load."""
+    they mix formats (another block format, or a float tensor), all but persistent, and --backend persistent is
+    refused before any weights load."""
     import dataclasses
 
     from llamafast.config import Backend
@@ -147,12 +148,14 @@ def test_bench_leaves_persistent_out_of_its_default_for_a_file_whose_layers_mix_
     from .bad_input_files import gguf
 
     decode = importlib.import_module("llamafast.cli.bench.decode")  # the package's `decode` is the command
-    path = gguf(tmp_path, kind, kinds={"layers.1.feed_forward.w2.weight": "Q8_0"} if mixed else None)
+    path = gguf(tmp_path, kind, kinds={"layers.1.feed_forward.w2.weight": other} if other else None)
+    mixed = other is not None
     real = decode.target
     monkeypatch.setattr(decode, "target", lambda *a: dataclasses.replace(real(*a), device=torch.device("cuda")))
     options = [str(path), None, False, None, "cpu", None, None, None, 4, 8]  # ..., out, prompt_len, new_tokens
     backends = decode._decode_options(*options, None, None, None, None, None)[3]
     assert backends == [b for b in Backend if not mixed or b != Backend.persistent]
     if mixed:
-        with pytest.raises(LlamafastError, match="layers mix q4_0 and q8_0; run it with --backend triton"):
+        mix = "float and q4_0" if other == "F32" else "q4_0 and q8_0"
+        with pytest.raises(LlamafastError, match=f"layers mix {mix}; run it with --backend triton"):
             decode._decode_options(*options, [Backend.persistent], None, None, None, None)

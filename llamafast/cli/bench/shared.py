@@ -182,14 +182,14 @@ def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks
 
 
 def mixed_blocks(t: Target, fp8: FP8Format | None, ranks, backends: list[Backend]) -> bool:
-    """Whether t's layers hold block weights of more than one format, kept as blocks (a GGUF's, unless --fp8 or
-    tensor parallel reads them dequantized; a llamafast block checkpoint's): the persistent step compiles one, so
-    it is left out of the default backends, and refused by name before any weights load."""
-    from llamafast.load.weights import held_blocks
+    """Whether t's layers hold block weights (a GGUF's, unless --fp8 or tensor parallel reads them dequantized; a
+    llamafast block checkpoint's) beside weights of another format: the persistent step compiles one, so it is
+    left out of the default backends, and refused by name before any weights load."""
+    from llamafast.load.weights import layer_formats
 
     if isinstance(t.source, str) or fp8 is not None or ranks:
         return False
-    held = held_blocks(t.source.checkpoint)
+    held = layer_formats(t.source.checkpoint)
     if len(held) > 1 and Backend.persistent in backends:
         raise persistent_refusal(held)
     return len(held) > 1
