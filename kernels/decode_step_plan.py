@@ -26,7 +26,7 @@ class StepConfig:
     num_warps: int
     programs_per_sm: int
     max_registers: int | None = None  # per thread (ptxas maxnreg): caps the kernel so more programs fit an SM
-    stages: int = 1  # 1: tiles loaded one ahead into registers (blocks: where used); n > 1: n - 1 ahead to shared memory
+    stages: int = 1  # 1: tiles loaded one ahead into registers (blocks: as used); n > 1: n - 1 ahead to shared memory
 
 
 # (C, F, bytes per weight) -> launch. H100, Llama-2-7B (scripts/results/persistent/tune_7b_*_v7.json): the best of
