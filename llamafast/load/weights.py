@@ -50,9 +50,7 @@ def _format(ckpt: Checkpoint, value: str | None, key: str) -> WeightFormat:
 def held_blocks(ckpt: Checkpoint) -> list[str]:
     """The block formats the checkpoint's layers hold, sorted: a GGUF file's kept blocks, or a llamafast block
     checkpoint's (the LM head's own format left out: it runs per op everywhere)."""
-    layers = checkpoint_formats(ckpt)[0]
-    held = {f.value for n, f in block_formats(ckpt).items() if n != "output.weight"}
-    return sorted(held | ({layers.value} if layers.is_block else set()))
+    return [f for f in layer_formats(ckpt) if WeightFormat(f).is_block]
 
 
 def layer_formats(ckpt: Checkpoint) -> list[str]:
