@@ -12,8 +12,9 @@ program is resident: the lowest unfinished task has every input done, and its pr
 Each layer has its own activation rows, padded to 128 bytes, so no SM can hold a stale line of an activation in
 L1: every row is written once per launch, before any program reads it. The counters (and the attention merge's
 tickets) are zeroed before each launch, inside the CUDA graph. The LM head and sampling run after the kernel.
-Weights are float, FP8 or one block format in every layer; block tiles run the per-op GEMVs' int8 loop, each
-rounding its own slice of the activations to int8 blocks (gemv_int8.py), so no op needs a quantize pass.
+Weights are float, FP8 or block formats; block tiles run the per-op GEMVs' int8 loop, each rounding its own slice
+of the activations to int8 blocks (gemv_int8.py), so no op needs a quantize pass. Where layers mix block formats
+(decode_step_plan.formats_refusal says which mixes), a flag per layer picks the tile body of its weight's format.
 
 SEQUENTIAL (the interpreter): one program walks the list in order, so no task waits. STAMPS: each task's start
 and end on the GPU's clock (DecodeStep.stamped). L layers, C dim, F hidden, H heads, KVH kv heads, D head_dim.
@@ -26,15 +27,13 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import globaltimer
 
-from ._common import INTERPRET, cdiv, dot_dim, next_pow2, scale_arg, w_fp8
+from ._common import INTERPRET, cdiv, dot_dim, next_pow2, scale_arg
 from .counters import report_done, wait_count
 from .decode_attention import attention_config, attention_split
-from .decode_step_plan import (CONFIGS, OPS, LayerTensors, StepConfig, check_layers, offset_table, op_tasks,
-                               row_elems, step_config, step_key)
-from .decode_step_tasks import at, step_task
-from .linear_residual import linear_residual_tile
+from .decode_step_plan import (CONFIGS, FLAGS, OPS, TENSORS, LayerTensors, StepConfig, even_split, format_args,
+                               offset_table, op_tasks, row_elems, step_config, step_formats, step_key, tail_tensors)
+from .decode_step_tasks import alt_format, at, linear_task, step_task, swiglu_task
 from .rmsnorm_qkv_rope import qkv_rope_tile
-from .rmsnorm_swiglu import swiglu_tile
 
 __all__ = ["CONFIGS", "DecodeStep", "LayerTensors", "StepConfig"]
 
@@ -51,10 +50,10 @@ class DecodeStep:
         self.kvh, self.smax, self.d = first.k_cache.shape
         self.h = n_heads
         self.qd = n_heads * self.d
-        self.fmt = w_fp8(first.wqkv)
-        check_layers(layers, self.fmt)
+        self.formats = step_formats(layers)
         dev, dt = first.k_cache.device, first.k_cache.dtype
-        self.cfg = step_config(CONFIGS if configs is None else configs, step_key(self.c, self.f, first.wqkv))
+        self.cfg = even_split(step_config(CONFIGS if configs is None else configs, step_key(self.c, self.f,
+                                                                                           first.wqkv)), layers)
         att = attention_config(self.kvh, n_heads // self.kvh, attention_configs)
         self.split_len = att.split_len(self.smax)
         self.n_splits = cdiv(self.smax, self.split_len)
@@ -111,6 +110,7 @@ class DecodeStep:
             self.table, self.counts if stamps is None else stamps,
             first.wqkv.data, first.wo.data, first.w1.data, first.w3.data, first.w2.data,
             scale_arg(first.wqkv), scale_arg(first.wo), scale_arg(first.w1), scale_arg(first.w3), scale_arg(first.w2),
+            *tail_tensors(self.layers),
             first.attn_norm, first.ffn_norm, first.k_cache, first.v_cache, self.cos, self.sin, pos,
             first.k_cache.stride(0), first.k_cache.stride(1), self.eps, self.d ** -0.5,
         )
@@ -118,8 +118,7 @@ class DecodeStep:
             LAYERS=len(self.layers), C=self.c, F=self.f, N_QKV=self.n_qkv, QD=self.qd, KVD=self.kvh * self.d,
             KVH=self.kvh, HEAD_DIM=self.d, GROUP=self.h // self.kvh, N_SPLITS=self.n_splits,
             XR=self.rows["x"], QR=self.rows["q"], FR=self.rows["f"], PR=self.part_row, LR=self.lse_row,
-            CR=self.count_row, W_FP8=self.fmt, S_QKV=first.wqkv.data.stride(0), S_WO=first.wo.data.stride(0),
-            S_FFN=first.w1.data.stride(0), S_W2=first.w2.data.stride(0),
+            CR=self.count_row, TW=len(TENSORS) + len(FLAGS), **format_args(self.formats),
             T_QKV=self.counts_per_op[0], T_ATT=self.counts_per_op[1], T_WO=self.counts_per_op[2],
             T_FFN=self.counts_per_op[3], T_W2=self.counts_per_op[4],
             BN_QKV=cfg.qkv[0], BK_QKV=cfg.qkv[1], BN_WO=cfg.wo[0], BK_WO=cfg.wo[1], BN_FFN=cfg.ffn[0],
@@ -154,14 +153,20 @@ class DecodeStep:
 @triton.jit(do_not_specialize=["n_programs"])
 def _decode_step_kernel(
     x_ptr, xs_ptr, hs_ptr, qs_ptr, att_ptr, fs_ptr, part_ptr, lse_ptr, count_ptr, watchdog_ptr,  # input, scratch
-    table_ptr, stamp_ptr,  # (L, 14) int64 offsets of each layer's tensors (plan.TENSORS) from layer 0's below; stamps
-    wqkv_ptr, wo_ptr, w1_ptr, w3_ptr, w2_ptr, sqkv_ptr, swo_ptr, s1_ptr, s3_ptr, s2_ptr, an_ptr, fn_ptr, kc_ptr, vc_ptr,
+    table_ptr, stamp_ptr,  # (L, TW) int64: offsets of each layer's tensors from the first's below, flags; stamps
+    wqkv_ptr, wo_ptr, w1_ptr, w3_ptr, w2_ptr, sqkv_ptr, swo_ptr, s1_ptr, s3_ptr, s2_ptr, t_ptr, ts_ptr,
+    an_ptr, fn_ptr, kc_ptr, vc_ptr,
     cos_ptr, sin_ptr, pos_ptr, stride_ch, stride_cs, eps, sm_scale, n_programs,
     LAYERS: tl.constexpr, C: tl.constexpr, F: tl.constexpr, N_QKV: tl.constexpr, QD: tl.constexpr,
     KVD: tl.constexpr, KVH: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, N_SPLITS: tl.constexpr,
     XR: tl.constexpr, QR: tl.constexpr, FR: tl.constexpr, PR: tl.constexpr, LR: tl.constexpr, CR: tl.constexpr,
-    W_FP8: tl.constexpr, S_QKV: tl.constexpr, S_WO: tl.constexpr, S_FFN: tl.constexpr,  # weights' row strides
-    S_W2: tl.constexpr,
+    TW: tl.constexpr,
+    # Formats (WeightFormat.code, -1: none) and row strides (plan.StepFormats): wqkv's, its tail's, and each other
+    # weight's first and second.
+    F_QKV: tl.constexpr, S_QKV: tl.constexpr, F_T: tl.constexpr, S_T: tl.constexpr,
+    F_WO: tl.constexpr, S_WO: tl.constexpr, FB_WO: tl.constexpr, SB_WO: tl.constexpr,
+    F_FFN: tl.constexpr, S_FFN: tl.constexpr, FB_FFN: tl.constexpr, SB_FFN: tl.constexpr,
+    F_W2: tl.constexpr, S_W2: tl.constexpr, FB_W2: tl.constexpr, SB_W2: tl.constexpr,
     T_QKV: tl.constexpr, T_ATT: tl.constexpr, T_WO: tl.constexpr, T_FFN: tl.constexpr,
     T_W2: tl.constexpr,  # tasks per op (op_tasks)
     BN_QKV: tl.constexpr, BK_QKV: tl.constexpr, BN_WO: tl.constexpr, BK_WO: tl.constexpr,
@@ -180,7 +185,7 @@ def _decode_step_kernel(
         if STAMPS:
             tl.store(stamp_ptr + 2 * t, globaltimer())
         layer, op, tile, n_dep = step_task(t, T_QKV, T_ATT, T_WO, T_FFN, T_W2)
-        off = table_ptr + layer * 14
+        off = table_ptr + layer * TW
         cnt = count_ptr + layer * CR
         x_in = xs_ptr + layer * XR
         if layer == 0:
@@ -197,8 +202,10 @@ def _decode_step_kernel(
             qkv_rope_tile(
                 tile, x_in, an_ptr + at(off, 10), wqkv_ptr + at(off, 0), sqkv_ptr + at(off, 5),
                 cos_ptr, sin_ptr, pos_ptr, qs_ptr + layer * QR, kc_ptr + at(off, 12), vc_ptr + at(off, 13),
-                N_QKV, C, QD, KVD, S_QKV, stride_ch, stride_cs, eps, HEAD_DIM, BN_QKV, BK_QKV, C % BK_QKV == 0, W_FP8,
+                N_QKV, C, QD, KVD, S_QKV, stride_ch, stride_cs, eps, HEAD_DIM, BN_QKV, BK_QKV, C % BK_QKV == 0, F_QKV,
                 wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
+                t_ptr=t_ptr + at(off, 14), ts_ptr=ts_ptr + at(off, 15), split=tl.load(off + 16), stride_tn=S_T,
+                T_FMT=F_T,
             )
         elif op == 1:
             if WAIT:
@@ -210,23 +217,22 @@ def _decode_step_kernel(
                 SPLIT_LEN, FP32, BLOCK_SPLITS,
             )
         elif op == 2:
-            linear_residual_tile(
-                tile, att_ptr + layer * QR, wo_ptr + at(off, 1), swo_ptr + at(off, 6), x_in,
-                hs_ptr + layer * XR, C, QD, S_WO, BN_WO, BK_WO, QD % BK_WO == 0, W_FP8,
-                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
+            linear_task(
+                alt_format(off, 17, FB_WO), tile, att_ptr + layer * QR, wo_ptr + at(off, 1), swo_ptr + at(off, 6),
+                x_in, hs_ptr + layer * XR, C, QD, BN_WO, BK_WO, F_WO, S_WO, FB_WO, SB_WO, dep_ptr, target,
+                watchdog_ptr, WAIT, STAGES,
             )
         elif op == 3:
-            swiglu_tile(
-                tile, hs_ptr + layer * XR, fn_ptr + at(off, 11), w1_ptr + at(off, 2),
-                w3_ptr + at(off, 3), s1_ptr + at(off, 7), s3_ptr + at(off, 8), fs_ptr + layer * FR,
-                F, C, S_FFN, eps, BN_FFN, BK_FFN, C % BK_FFN == 0, W_FP8,
-                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
+            swiglu_task(
+                alt_format(off, 18, FB_FFN), tile, hs_ptr + layer * XR, fn_ptr + at(off, 11), w1_ptr + at(off, 2),
+                w3_ptr + at(off, 3), s1_ptr + at(off, 7), s3_ptr + at(off, 8), fs_ptr + layer * FR, F, C, eps,
+                BN_FFN, BK_FFN, F_FFN, S_FFN, FB_FFN, SB_FFN, dep_ptr, target, watchdog_ptr, WAIT, STAGES,
             )
         else:
-            linear_residual_tile(
-                tile, fs_ptr + layer * FR, w2_ptr + at(off, 4), s2_ptr + at(off, 9), hs_ptr + layer * XR,
-                xs_ptr + (layer + 1) * XR, C, F, S_W2, BN_W2, BK_W2, F % BK_W2 == 0, W_FP8,
-                wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
+            linear_task(
+                alt_format(off, 19, FB_W2), tile, fs_ptr + layer * FR, w2_ptr + at(off, 4), s2_ptr + at(off, 9),
+                hs_ptr + layer * XR, xs_ptr + (layer + 1) * XR, C, F, BN_W2, BK_W2, F_W2, S_W2, FB_W2, SB_W2, dep_ptr,
+                target, watchdog_ptr, WAIT, STAGES,
             )
         pending += 1
         pending_op = dep + 1

@@ -4,6 +4,7 @@ it), and where each layer's tensors and activation rows lie."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -104,15 +105,102 @@ class LayerTensors:
     v_cache: torch.Tensor
 
 
-def check_layers(layers: list[LayerTensors], fmt: int) -> None:
-    """Every layer's weights contiguous, in one format (W_FP8 code fmt: the kernel compiles one; model.assemble
-    refuses layers that mix them) and one shape; one cache layout."""
+def formats_refusal(layers: list[dict[str, WeightFormat]]) -> str | None:
+    """Why the kernel cannot run layers in these formats (per layer: wqkv, wv where it is wqkv's tail in a format
+    of its own, wo, w1, w3, w2 -> format), or None. It compiles
+    one float or FP8 format for every weight, or block formats: one for wqkv's rows in every layer, one for its
+    tail (wv apart), and at most two for each of wo, gate and up, and w2, stored alike (data and scale dtypes), of
+    which a flag per layer picks one (llama.cpp's Q4_K_M, Q5_K_M and Q4_K_S files mix Q4_K or Q5_K with Q5_K or
+    Q6_K in wv and w2)."""
+    every = sorted({f.value for layer in layers for f in layer.values()})
+    if any(not WeightFormat(f).is_block for f in every):
+        return None if len(every) == 1 else f"its layers mix {' and '.join(every)}"
+    for layer in layers:
+        if layer.get("w1") != layer.get("w3"):
+            return f"a layer's w1 and w3 are {layer['w1'].value} and {layer['w3'].value}"
+    for column, most in (("wqkv", 1), ("wv", 1), ("wo", 2), ("w1", 2), ("w2", 2)):
+        fmts = list(dict.fromkeys(layer[column] for layer in layers if column in layer))
+        names = ", ".join(f.value for f in fmts[:-1]) + f" and {fmts[-1].value}" if len(fmts) > 1 else ""
+        if len(fmts) > most:
+            return f"its layers' {column} mix {names}" + (", more than two formats" if most > 1 else "")
+        if len(fmts) == 2 and _storage(fmts[0]) != _storage(fmts[1]):
+            return f"its layers' {column} mix {names}, which are stored differently"
+    return None
+
+
+def _storage(fmt: WeightFormat) -> tuple:
+    return fmt == WeightFormat.q8_0, fmt.scale_dtype  # int8 or uint8 data; fp16 or int16 scales
+
+
+@dataclass(frozen=True)
+class StepFormats:
+    """What the kernel compiles for each weight: (WeightFormat.code, row stride) of wqkv's rows (all of them where
+    a layer has no tail) and of its tail ((-1, 0): no layer has one), and (first, second) of wo, gate and up, and
+    w2: the first is layer 0's, the second (-1, 0) where every layer holds the first."""
+
+    qkv: tuple[int, int]
+    tail: tuple[int, int]
+    wo: tuple[tuple[int, int], tuple[int, int]]
+    ffn: tuple[tuple[int, int], tuple[int, int]]
+    w2: tuple[tuple[int, int], tuple[int, int]]
+
+
+NONE = (-1, 0)
+
+
+def step_formats(layers: list[LayerTensors]) -> StepFormats:
+    """Checks every layer (weights contiguous, each column of one shape, in formats the kernel runs; one cache
+    layout) and returns the formats to compile."""
+    reason = formats_refusal([_formats(t) for t in layers])
+    assert reason is None, f"model.assemble refuses these layers for the persistent step: {reason}"
     for i, t in enumerate(layers):
         for name in ("wqkv", "wo", "w1", "w3", "w2"):
             w = getattr(t, name)
-            assert w.data.is_contiguous() and w_fp8(w) == fmt, f"layer {i} {name}: contiguous, one format"
-            assert w.data.shape == getattr(layers[0], name).data.shape, f"layer {i} {name}: one shape for all"
+            for part in (w.head, w.tail) if w.tail is not None else (w,):
+                w_fp8(part)  # its tensors are what its format says
+                assert part.data.is_contiguous(), f"layer {i} {name}: contiguous"
+            assert w.shape == getattr(layers[0], name).shape, f"layer {i} {name}: one shape in every layer"
         assert t.k_cache.stride() == layers[0].k_cache.stride() == t.v_cache.stride(), "one cache layout"
+    tails = [t.wqkv.tail for t in layers if t.wqkv.tail is not None]
+    return StepFormats(_code(layers[0].wqkv.head), _code(tails[0]) if tails else NONE,
+                       *(_pair([getattr(t, name) for t in layers]) for name in ("wo", "w1", "w2")))
+
+
+def even_split(cfg: StepConfig, layers: list[LayerTensors]) -> StepConfig:
+    """cfg with qkv tiles whose rows lie all in wqkv's rows or all in its tail, where a layer has one."""
+    bn = cfg.qkv[0]
+    while any(t.wqkv.tail is not None and t.wqkv.head.shape[0] % bn for t in layers) and bn > 2:
+        bn //= 2
+    return dataclasses.replace(cfg, qkv=(bn, cfg.qkv[1]))
+
+
+def format_args(f: StepFormats) -> dict:
+    """The kernel's format and row-stride constexprs."""
+    (fo, so), (fbo, sbo) = f.wo
+    (ff, sf), (fbf, sbf) = f.ffn
+    (fw, sw), (fbw, sbw) = f.w2
+    return dict(F_QKV=f.qkv[0], S_QKV=f.qkv[1], F_T=f.tail[0], S_T=f.tail[1], F_WO=fo, S_WO=so, FB_WO=fbo,
+                SB_WO=sbo, F_FFN=ff, S_FFN=sf, FB_FFN=fbf, SB_FFN=sbf, F_W2=fw, S_W2=sw, FB_W2=fbw, SB_W2=sbw)
+
+
+def tail_tensors(layers: list[LayerTensors]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first tail's data and scales, which the table's tail offsets count from (wqkv's where none)."""
+    tail = next((t.wqkv.tail for t in layers if t.wqkv.tail is not None), layers[0].wqkv.head)
+    return tail.data, scale_arg(tail)
+
+
+def _formats(t: LayerTensors) -> dict[str, WeightFormat]:
+    out = {"wqkv": t.wqkv.fmt, "wo": t.wo.fmt, "w1": t.w1.fmt, "w3": t.w3.fmt, "w2": t.w2.fmt}
+    return out if t.wqkv.tail is None else {**out, "wv": t.wqkv.tail.fmt}
+
+
+def _code(w: Weight) -> tuple[int, int]:
+    return w_fp8(w), w.data.stride(0)
+
+
+def _pair(ws: list[Weight]) -> tuple[tuple[int, int], tuple[int, int]]:
+    other = [w for w in ws if w.fmt != ws[0].fmt]
+    return _code(ws[0]), _code(other[0]) if other else NONE
 
 
 def row_elems(n: int, dtype: torch.dtype) -> int:
@@ -121,24 +209,34 @@ def row_elems(n: int, dtype: torch.dtype) -> int:
     return cdiv(n, per_line) * per_line
 
 
-# Columns of the offset table: each layer's tensors as element offsets from layer 0's.
-TENSORS = ("wqkv", "wo", "w1", "w3", "w2", "sqkv", "swo", "s1", "s3", "s2", "attn_norm", "ffn_norm", "k", "v")
+# Columns of the offset table: each layer's tensors as element offsets from layer 0's (the tail's: from the first
+# tail's; 0 where a layer has none), then where wqkv's tail starts (its rows where it has none) and whether wo,
+# gate and up, and w2 are in their second format (StepFormats).
+TENSORS = ("wqkv", "wo", "w1", "w3", "w2", "sqkv", "swo", "s1", "s3", "s2", "attn_norm", "ffn_norm", "k", "v",
+           "tail", "stail")
+FLAGS = ("split", "alt_wo", "alt_ffn", "alt_w2")
 
 
 def offset_table(layers: list[LayerTensors]) -> torch.Tensor:
-    """(L, len(TENSORS)) int64: where each layer's tensors lie, in elements from layer 0's, each a multiple of 16."""
-    def tensors(t: LayerTensors) -> list[torch.Tensor]:
-        ws = [t.wqkv, t.wo, t.w1, t.w3, t.w2]
-        return [w.data for w in ws] + [scale_arg(w) for w in ws] + [t.attn_norm, t.ffn_norm, t.k_cache, t.v_cache]
+    """(L, len(TENSORS) + len(FLAGS)) int64: where each layer's tensors lie, in elements from the first's, each a
+    multiple of 16, and its FLAGS."""
+    def tensors(t: LayerTensors) -> list[torch.Tensor | None]:
+        ws, tail = [t.wqkv.head, t.wo, t.w1, t.w3, t.w2], t.wqkv.tail
+        return [w.data for w in ws] + [scale_arg(w) for w in ws] + [t.attn_norm, t.ffn_norm, t.k_cache, t.v_cache] + (
+            [None, None] if tail is None else [tail.data, scale_arg(tail)])
 
-    base = tensors(layers[0])
+    every = [tensors(t) for t in layers]
+    base = [next((row[i] for row in every if row[i] is not None), None) for i in range(len(TENSORS))]
+    first = layers[0]
     rows = []
-    for t in layers:
-        row = []
-        for a, b in zip(tensors(t), base):
-            delta = a.data_ptr() - b.data_ptr()
-            assert a.dtype == b.dtype and delta % (16 * a.element_size()) == 0, \
+    for t, row in zip(layers, every):
+        offsets = []
+        for a, b in zip(row, base):
+            delta = 0 if a is None else a.data_ptr() - b.data_ptr()
+            assert a is None or (a.dtype == b.dtype and delta % (16 * a.element_size()) == 0), \
                 "layers' tensors: one dtype, 16 elements apart (the kernel's loads are vectors of up to 16)"
-            row.append(delta // a.element_size())
-        rows.append(row)
+            offsets.append(delta // (1 if a is None else a.element_size()))
+        split = t.wqkv.head.shape[0]
+        alt = [int(getattr(t, n).fmt != getattr(first, n).fmt) for n in ("wo", "w1", "w2")]
+        rows.append(offsets + [split] + alt)
     return torch.tensor(rows, dtype=torch.int64)

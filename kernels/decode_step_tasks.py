@@ -1,10 +1,13 @@
-"""The persistent decode step's task walk on the device (decode_step.py): which (layer, op, tile) task t is and where
-a layer's tensors lie (decode_step_plan.program_tasks mirrors the walk on the host)."""
+"""The persistent decode step's task walk on the device (decode_step.py): which (layer, op, tile) task t is, where
+a layer's tensors lie and in which format (decode_step_plan.program_tasks mirrors the walk on the host)."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from .linear_residual import linear_residual_tile
+from .rmsnorm_swiglu import swiglu_tile
 
 
 @triton.jit
@@ -33,3 +36,43 @@ def step_task(t, T_QKV: tl.constexpr, T_ATT: tl.constexpr, T_WO: tl.constexpr, T
     if r >= T_QKV + T_ATT + T_WO + T_FFN:
         op, tile, n_dep = 4, r - T_QKV - T_ATT - T_WO - T_FFN, T_FFN
     return layer, op, tile, n_dep
+
+
+@triton.jit
+def alt_format(off, column, FB: tl.constexpr):
+    """Whether the layer's weight is in its second format FB (the table's flag): False at compile time where
+    there is none, so the kernel compiles one tile body."""
+    alt = False
+    if FB >= 0:
+        alt = tl.load(off + column) != 0
+    return alt
+
+
+@triton.jit
+def linear_task(alt, tile, x_ptr, w_ptr, s_ptr, res_ptr, out_ptr, N, K, BN: tl.constexpr, BK: tl.constexpr,
+                F: tl.constexpr, S: tl.constexpr, FB: tl.constexpr, SB: tl.constexpr, wait_ptr, wait_target,
+                watchdog_ptr, WAIT: tl.constexpr, STAGES: tl.constexpr):
+    """linear_residual_tile on weights in format F (row stride S), or FB (SB) where alt."""
+    if alt:
+        linear_residual_tile(tile, x_ptr, w_ptr, s_ptr, res_ptr, out_ptr, N, K, SB, BN, BK, K % BK == 0, FB,
+                             wait_ptr=wait_ptr, wait_target=wait_target, watchdog_ptr=watchdog_ptr, WAIT=WAIT,
+                             PREFETCH=STAGES)
+    else:
+        linear_residual_tile(tile, x_ptr, w_ptr, s_ptr, res_ptr, out_ptr, N, K, S, BN, BK, K % BK == 0, F,
+                             wait_ptr=wait_ptr, wait_target=wait_target, watchdog_ptr=watchdog_ptr, WAIT=WAIT,
+                             PREFETCH=STAGES)
+
+
+@triton.jit
+def swiglu_task(alt, tile, x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, eps, BN: tl.constexpr,
+                BK: tl.constexpr, FMT: tl.constexpr, S: tl.constexpr, FB: tl.constexpr, SB: tl.constexpr, wait_ptr,
+                wait_target, watchdog_ptr, WAIT: tl.constexpr, STAGES: tl.constexpr):
+    """swiglu_tile on gate and up weights in format FMT (row stride S), or FB (SB) where alt."""
+    if alt:
+        swiglu_tile(tile, x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, SB, eps, BN, BK, C % BK == 0,
+                    FB, wait_ptr=wait_ptr, wait_target=wait_target, watchdog_ptr=watchdog_ptr, WAIT=WAIT,
+                    PREFETCH=STAGES)
+    else:
+        swiglu_tile(tile, x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, S, eps, BN, BK, C % BK == 0,
+                    FMT, wait_ptr=wait_ptr, wait_target=wait_target, watchdog_ptr=watchdog_ptr, WAIT=WAIT,
+                    PREFETCH=STAGES)

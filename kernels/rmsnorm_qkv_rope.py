@@ -68,20 +68,22 @@ def qkv_rope_tile(
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0, PDL: tl.constexpr = False,
     wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
     PREFETCH: tl.constexpr = 0,
-    t_ptr=None, ts_ptr=None, split=0, stride_tn=0, T_FMT: tl.constexpr = -1,  # the tail's rows (per-op path only)
+    t_ptr=None, ts_ptr=None, split=0, stride_tn=0, T_FMT: tl.constexpr = -1,  # the tail's rows
 ):
     """Rows tile * BLOCK_N ... of the kernel's output: q rows, or k and v rows stored into the caches. With T_FMT
     >= 0, rows from split on (a multiple of BLOCK_N) are the tail weight's, in block format T_FMT: each program
     takes one branch."""
     rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
-    if T_FMT >= 0:  # block formats only: no PDL, partials or persistent waits
+    if T_FMT >= 0:  # block formats only: no PDL or partials
         if tile * BLOCK_N >= split:
             acc, _, ss = dot_rows(t_ptr, t_ptr, ts_ptr, ts_ptr, x_ptr, g_ptr, rows - split, mask, C, stride_tn,
-                                  BLOCK_N, BLOCK_K, True, False, EVEN_K, T_FMT)
+                                  BLOCK_N, BLOCK_K, True, False, EVEN_K, T_FMT, wait_ptr=wait_ptr,
+                                  wait_target=wait_target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=PREFETCH)
         else:
             acc, _, ss = dot_rows(w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N,
-                                  BLOCK_K, True, False, EVEN_K, W_FP8)
+                                  BLOCK_K, True, False, EVEN_K, W_FP8, wait_ptr=wait_ptr, wait_target=wait_target,
+                                  watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=PREFETCH)
     else:
         acc, _, ss = dot_rows(
             w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K,

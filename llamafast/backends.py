@@ -108,7 +108,7 @@ def _persistent_layers(model: Transformer, x: torch.Tensor, pos: torch.Tensor, c
     key = (model.layers[0].k_cache.data_ptr(), model.cache_len)
     step = getattr(model, "_decode_step", None)
     if step is None or step[0] != key:
-        layers = [LayerTensors(b.attention_norm.weight, b.attention.wqkv.w, b.attention.wo.w, b.ffn_norm.weight,
+        layers = [LayerTensors(b.attention_norm.weight, b.attention.qkv, b.attention.wo.w, b.ffn_norm.weight,
                                b.feed_forward.w1.w, b.feed_forward.w3.w, b.feed_forward.w2.w, b.k_cache, b.v_cache)
                   for b in model.layers]
         attention = model.backend.launches["decode_attention"]

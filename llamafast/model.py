@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import TYPE_CHECKING
 
 import torch
@@ -294,6 +295,20 @@ def llama3_frequencies(freqs: torch.Tensor, factor: float, low: float, high: flo
     return torch.where(medium, blended, scaled)
 
 
+def persistent_formats_refusal(formats: dict[str, WeightFormat]) -> LlamafastError | None:
+    """The refusal of a model whose layers' linear weights (model tensor names -> formats; others are ignored)
+    the persistent step cannot run (kernels/decode_step_plan.formats_refusal), or None."""
+    from llamafast.kernels.decode_step_plan import formats_refusal
+
+    layers: dict[int, dict[str, WeightFormat]] = {}
+    for name, fmt in formats.items():
+        found = re.fullmatch(r"layers\.(\d+)\.(?:attention|feed_forward)\.(wqkv|wv|wo|w1|w2|w3)\.weight", name)
+        if found:
+            layers.setdefault(int(found[1]), {})[found[2]] = fmt
+    reason = formats_refusal([layers[i] for i in sorted(layers)])
+    return None if reason is None else persistent_refusal(reason)
+
+
 def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: BackendOps, weights: WeightFormat,
              head: WeightFormat, layout: SparseLayout | None = None, shard=None,
              formats: dict[str, WeightFormat] | None = None) -> Transformer:
@@ -311,11 +326,11 @@ def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backe
         for i, layer in enumerate(model.layers):
             if f"layers.{i}.attention.wv.weight" in state:
                 layer.attention.split_v(config)
-    if backend.layers is not None:  # the persistent step's one kernel compiles one format; the LM head is per-op
-        in_layers = {formats.get(n + ".weight", weights).value for n, m in model.named_modules()
-                     if isinstance(m, _Linear) and n != "output" and not n.endswith("router")}
-        if len(in_layers) > 1:
-            raise persistent_refusal(sorted(in_layers))
+    if backend.layers is not None:  # the formats the persistent step compiles; the LM head runs per op
+        refusal = persistent_formats_refusal({n + ".weight": formats.get(n + ".weight", weights)
+                                              for n, m in model.named_modules() if isinstance(m, _Linear)})
+        if refusal is not None:
+            raise refusal
     state = dict(state)
     scales = {name: state.pop(name) for name in [n for n in state if n.endswith(".scale")]}
     packed = {}  # block weights are not (N, K): they are set after the state is loaded around them

@@ -50,15 +50,16 @@ def _format(ckpt: Checkpoint, value: str | None, key: str) -> WeightFormat:
 def held_blocks(ckpt: Checkpoint) -> list[str]:
     """The block formats the checkpoint's layers hold, sorted: a GGUF file's kept blocks, or a llamafast block
     checkpoint's (the LM head's own format left out: it runs per op everywhere)."""
-    return [f for f in layer_formats(ckpt) if WeightFormat(f).is_block]
+    return sorted({f.value for f in layer_formats(ckpt).values() if f.is_block})
 
 
-def layer_formats(ckpt: Checkpoint) -> list[str]:
-    """The formats of the layers' linear weights as the model will hold them, sorted: a kept block tensor's own,
-    any other the layers' (a GGUF tensor read dequantized is float). The LM head is left out: it runs per op."""
+def layer_formats(ckpt: Checkpoint) -> dict[str, WeightFormat]:
+    """The layers' linear weights (model tensor names) in the formats the model will hold them in: a kept block
+    tensor's own, any other the layers' (a GGUF tensor read dequantized is float). The LM head is left out: it runs
+    per op."""
     layers, blocks = checkpoint_formats(ckpt)[0], block_formats(ckpt)
     names = [n for n in tensor_plan(ckpt) if is_quantized_linear(n) and n != "output.weight"]
-    return sorted({blocks.get(n, layers).value for n in names})
+    return {n: blocks.get(n, layers) for n in names}
 
 
 def sparse_layout(ckpt: Checkpoint) -> SparseLayout | None:

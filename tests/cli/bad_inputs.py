@@ -217,11 +217,11 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case(GENERATE, "a GGUF tensor type llamafast does not dequantize", lambda t: M(gguf(t, kind="Q5_0")),
              "has type Q5_0"),
         Case(GENERATE, "a truncated GGUF", lambda t: M(truncate(gguf(t), 20000)), "not a readable GGUF"),
-        Case(GENERATE, "a GGUF whose layers mix block formats with --backend persistent",
+        Case(GENERATE, "a GGUF whose layers mix block formats stored otherwise with --backend persistent",
              lambda t: [*M(gguf(t, "Q4_0", kinds={"layers.1.feed_forward.w2.weight": "Q8_0"})), "--backend",
                         "persistent", "--max-new-tokens", "4"],
-             "the persistent backend runs one weight format in every layer, and this model's layers mix q4_0 and "
-             "q8_0"),
+             "the persistent backend cannot run this model's weights: its layers' w2 mix q4_0 and q8_0, which are "
+             "stored differently"),
         Case(GENERATE, "a tokenizer.json that does not parse", lambda t: M(hf_json_tokenizer(t, b"{not json")),
              "tokenizer.json"),
         Case(GENERATE, "a chat template that fails to render",
@@ -311,10 +311,6 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
              lambda t: [*BENCH, "--weights", "q4_k"], "needs rows of whole 256-weight blocks"),
         Case("bench decode", "--weights with --fp8", lambda t: [*BENCH, "--weights", "q8_0", "--fp8"],
              "run one bench for each"),
-        Case("bench decode", "--weights q4_k_m with --backend persistent",
-             lambda t: [*BENCH, "--weights", "q4_k_m", "--backend", "persistent"],
-             "the persistent backend runs one weight format in every layer, and this model's layers mix q4_k and "
-             "q6_k"),
         Case("bench decode", "--weights on a file that holds block weights",
              lambda t: ["--model", str(gguf(t, "Q4_0")), "--device", "cpu", "--new-tokens", "8",
                         "--weights", "q8_0"],

@@ -3,6 +3,7 @@ device, timed beside them; alone where the float model and the copies cannot fit
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 
@@ -114,9 +115,10 @@ def test_bench_refuses_copies_that_cannot_fit_even_alone(tiny, monkeypatch):
     assert r.exit_code == 1 and "time fewer formats at once" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_the_persistent_backend_takes_one_block_format_and_refuses_layers_that_mix_them():
-    """Its one-kernel step compiles one weight format for every layer: a Q4_0 model (Q8_0 LM head, which runs per
-    op) is built, and one whose layers mix Q4_0 with Q8_0 is refused by name."""
+def test_the_persistent_backend_takes_block_formats_stored_alike_and_refuses_other_mixes():
+    """Its one-kernel step compiles a second format per weight where layers mix formats stored alike: a Q4_0 model
+    (Q8_0 LM head, which runs per op), and one with a Q4_1 w2 in a layer, are built; one with a Q8_0 w2 in a
+    layer (int8 data, not uint8) is refused by name."""
     from llamafast.backends import build
     from llamafast.config import Backend
     from llamafast.errors import LlamafastError
@@ -126,20 +128,23 @@ def test_the_persistent_backend_takes_one_block_format_and_refuses_layers_that_m
     model = build(TINY, state, Backend.persistent, WeightFormat.q4_0, WeightFormat.q8_0)
     assert model.weight_formats == (WeightFormat.q4_0, WeightFormat.q8_0)
     name = "layers.1.feed_forward.w2.weight"
-    data, scale = quantize_blocks(floats[name], WeightFormat.q8_0)
-    mixed = {**state, name: data, name.replace(".weight", ".scale"): scale}
-    with pytest.raises(LlamafastError, match="runs one weight format in every layer, and this model's layers mix "
-                                             "q4_0 and q8_0; run it with --backend triton"):
-        build(TINY, mixed, Backend.persistent, WeightFormat.q4_0, WeightFormat.q8_0,
-              formats={name: WeightFormat.q8_0})
+    for other in (WeightFormat.q4_1, WeightFormat.q8_0):
+        data, scale = quantize_blocks(floats[name], other)
+        mixed = {**state, name: data, name.replace(".weight", ".scale"): scale}
+        refused = pytest.raises(LlamafastError, match="cannot run this model's weights: its layers' w2 mix q4_0 and "
+                                                      "q8_0, which are stored differently; run it with --backend "
+                                                      "triton")
+        with refused if other == WeightFormat.q8_0 else contextlib.nullcontext():
+            build(TINY, mixed, Backend.persistent, WeightFormat.q4_0, WeightFormat.q8_0, formats={name: other})
 
 
-@pytest.mark.parametrize("kind,other", [("F32", None), ("Q4_0", None), ("Q4_0", "Q8_0"), ("Q4_0", "F32")])
+@pytest.mark.parametrize("kind,other", [("F32", None), ("Q4_0", None), ("Q4_0", "Q4_1"), ("Q4_0", "Q8_0"),
+                                        ("Q4_0", "F32")])
 def test_bench_leaves_persistent_out_of_its_default_for_a_file_whose_layers_mix_formats(tmp_path, monkeypatch, kind,
                                                                                         other):
-    """On CUDA bench decode times every backend by default, a GGUF's block layers in one format included; where
-    they mix formats (another block format, or a float tensor), all but persistent, and --backend persistent is
-    refused before any weights load."""
+    """On CUDA bench decode times every backend by default, a GGUF's block layers included where the persistent
+    step runs their formats (one, or two stored alike); where they mix others (a block format stored otherwise, or
+    a float tensor), all but persistent, and --backend persistent is refused before any weights load."""
     import dataclasses
 
     from llamafast.config import Backend
@@ -149,13 +154,13 @@ def test_bench_leaves_persistent_out_of_its_default_for_a_file_whose_layers_mix_
 
     decode = importlib.import_module("llamafast.cli.bench.decode")  # the package's `decode` is the command
     path = gguf(tmp_path, kind, kinds={"layers.1.feed_forward.w2.weight": other} if other else None)
-    mixed = other is not None
+    mixed = other in ("Q8_0", "F32")
     real = decode.target
     monkeypatch.setattr(decode, "target", lambda *a: dataclasses.replace(real(*a), device=torch.device("cuda")))
     options = [str(path), None, False, None, "cpu", None, None, None, 4, 8]  # ..., out, prompt_len, new_tokens
     backends = decode._decode_options(*options, None, None, None, None, None)[3]
     assert backends == [b for b in Backend if not mixed or b != Backend.persistent]
     if mixed:
-        mix = "float and q4_0" if other == "F32" else "q4_0 and q8_0"
-        with pytest.raises(LlamafastError, match=f"layers mix {mix}; run it with --backend triton"):
+        mix = "layers mix float and q4_0" if other == "F32" else "layers' w2 mix q4_0 and q8_0, which are stored differently"
+        with pytest.raises(LlamafastError, match=f"{mix}; run it with --backend triton"):
             decode._decode_options(*options, [Backend.persistent], None, None, None, None)

@@ -10,11 +10,11 @@ import random
 
 import pytest
 import torch
-from llamafast.kernels.decode_step_plan import OPS, StepConfig, op_tasks, program_tasks
+from llamafast.kernels.decode_step_plan import OPS, StepConfig, formats_refusal, op_tasks, program_tasks
 
 from llamafast.backends import build, with_backend
 from llamafast.config import MODEL_CONFIGS, Backend, FP8Format, WeightFormat
-from llamafast.load.blocks import block_state, head_format
+from llamafast.load.blocks import Mix, block_state, copy_formats
 from llamafast.load.weights import quantize_state, random_state
 
 from .common import DEVICE, ODD, ON_GPU
@@ -77,17 +77,18 @@ def test_each_op_waits_for_the_one_before_it():
         assert dep == (previous if previous[0] >= 0 else None) and n == counts[op - 1]
 
 
-def _twins(config, dtype, fp8: FP8Format | None, blocks: WeightFormat | None = None):
-    """(reference, persistent) models on the same weights (FP8: the reference reads them dequantized; blocks: it
-    rounds the activations of one token's products to int8 blocks, as the kernels do)."""
+def _twins(config, dtype, fp8: FP8Format | None, blocks: WeightFormat | Mix | None = None):
+    """(reference, persistent) models on the same weights (FP8: the reference reads them dequantized; blocks, or a
+    Mix of them: it rounds the activations of one token's products to int8 blocks, as the kernels do)."""
     state = random_state(config, DEVICE, dtype)
-    fmts = (WeightFormat.float,)
+    fmts, others = (WeightFormat.float,), {}
     if fp8 is not None:
         state, fmts = quantize_state(state, fp8), (fp8.format,)
     if blocks is not None:
-        state, fmts = block_state(state, blocks), (blocks, head_format(blocks))
-    ref = build(config, state, Backend.reference, *fmts).set_int8_activations(blocks is not None)
-    return ref, build(config, state, Backend.persistent, *fmts)
+        *fmts, others = copy_formats(blocks, config)
+        state = block_state(state, blocks, config)
+    ref = build(config, state, Backend.reference, *fmts, formats=others).set_int8_activations(blocks is not None)
+    return ref, build(config, state, Backend.persistent, *fmts, formats=others)
 
 
 def _step_errors(ref, fused, steps: int, prompt: int = 3) -> list[float]:
@@ -133,11 +134,18 @@ def test_tiles_loaded_ahead_or_staged_match_reference(stages):
     assert fused._decode_step[1].cfg == cfg and max(errors) < BOUNDS[torch.float16], errors
 
 
+Q4K, Q6K = WeightFormat.q4_k, WeightFormat.q6_k
+FP8_LAYER = dict.fromkeys(("wqkv", "wo", "w1", "w3", "w2"), WeightFormat.fp8_e5m2)
+Q4_0_LAYER = dict.fromkeys(("wqkv", "wo", "w1", "w3", "w2"), WeightFormat.q4_0)
 # Rows of whole 256-weight super-blocks, so every block format runs; GQA 2:1, head_dim 64.
 BLOCKY = dataclasses.replace(ODD, dim=256, hidden_dim=512, n_heads=4, n_kv_heads=2, n_layers=2)
 # An activation within about 1e-5 of a rounding tie may round to the other int8 in the kernel's fp32 than in the
-# oracle's: one int8 step moves these logits by about 2e-4 of their size (tests/gguf_models/test_blocks.py).
-INT8_STEP = 1e-3
+# oracle's: one int8 step moves these logits by about 2e-4 of their size (tests/gguf_models/test_blocks.py). On the
+# GPU the float parts (exp, rsqrt, summation order) stray further from the CPU oracle's, and the per-op graph and
+# the persistent step each flip some activations in 16 steps, then stand 1e-3 to 1.4e-2 from it, the persistent
+# step as far as the per-op graph (scripts/experiments/persistent_mixed_errors.txt); a wrong tile body stands at
+# about 1 (its mutations).
+INT8_STEP = 1e-3 if not ON_GPU else 2e-2
 
 
 @pytest.mark.parametrize("fmt", [f for f in WeightFormat if f.is_block], ids=lambda f: f.value)
@@ -151,6 +159,45 @@ def test_block_weights_match_the_int8_reference(fmt):
     fused.backend.launches["decode_step"][key] = cfg
     errors = _step_errors(ref, fused, steps=3)
     assert fused._decode_step[1].cfg == cfg and max(errors) < INT8_STEP, errors
+
+
+Q4_K_M = Mix()  # llama.cpp's: Q4_K, with wv (wqkv's tail) and w2 in Q6_K in the layers use_more_bits picks
+# Layer 1 of 2 is picked: the first format layer 0's, the second layer 1's; reversed, Q6_K comes first.
+MIXES = [Q4_K_M, Mix(base=WeightFormat.q6_k, more=WeightFormat.q4_k)]
+
+
+@pytest.mark.parametrize("mix", MIXES, ids=lambda m: f"{m.base.value}-{m.more.value}")
+def test_layers_that_mix_block_formats_match_the_int8_reference(mix):
+    """wv and w2 in another format in some layers: each task runs its layer's format (a flag in the offset table),
+    and wqkv's tail rows theirs (fp32, the int8 reference; two tiles per row, tiles that end where the tail
+    starts)."""
+    ref, fused = _twins(BLOCKY, torch.float32, None, mix)
+    key = (BLOCKY.dim, BLOCKY.hidden_dim, mix.base.value)
+    fused.backend.launches["decode_step"][key] = StepConfig((64, 128), (64, 128), (64, 512), (64, 256), 4, 1, 2)
+    errors = _step_errors(ref, fused, steps=3)
+    assert max(errors) < INT8_STEP, errors
+    step = fused._decode_step[1]
+    assert step.formats.tail[0] == mix.more.code and step.formats.w2[1][0] == mix.more.code
+    assert step.table[:, -4:].tolist() == [[BLOCKY.dim + BLOCKY.kv_dim if i else BLOCKY.qkv_dim, 0, 0, i]
+                                           for i in range(2)]
+
+
+@pytest.mark.parametrize("layers,reason", [
+    ([{"wqkv": Q4K, "wo": Q4K, "w1": Q4K, "w3": Q4K, "w2": Q4K},
+      {"wqkv": Q4K, "wv": Q6K, "wo": Q4K, "w1": Q4K, "w3": Q4K, "w2": Q6K}], None),
+    ([{**FP8_LAYER}, {**FP8_LAYER}], None),
+    ([{**FP8_LAYER}, {**FP8_LAYER, "w2": WeightFormat.float}], "its layers mix float and fp8_e5m2"),
+    ([{**Q4_0_LAYER}, {**Q4_0_LAYER, "w2": WeightFormat.q8_0}],
+     "its layers' w2 mix q4_0 and q8_0, which are stored differently"),
+    ([{**Q4_0_LAYER}, {**Q4_0_LAYER, "wo": WeightFormat.q4_1}], None),
+    ([{**Q4_0_LAYER, "w2": f} for f in (Q4K, Q6K, WeightFormat.q5_k)],
+     "its layers' w2 mix q4_k, q6_k and q5_k, more than two formats"),
+    ([{**Q4_0_LAYER}, {**Q4_0_LAYER, "wqkv": WeightFormat.q4_1}], "its layers' wqkv mix q4_0 and q4_1"),
+    ([{**Q4_0_LAYER, "wv": Q4K}, {**Q4_0_LAYER, "wv": Q6K}], "its layers' wv mix q4_k and q6_k"),
+    ([{**Q4_0_LAYER, "w3": WeightFormat.q4_1}], "a layer's w1 and w3 are q4_0 and q4_1"),
+])
+def test_the_formats_the_step_compiles(layers, reason):
+    assert formats_refusal(layers) == reason
 
 
 def _layers(name: str, n: int):
@@ -179,6 +226,7 @@ def test_bf16_logits_match_reference_for_64_steps(config, fp8):
     pytest.param(_layers("llama-2-7b", 4), WeightFormat.q8_0, id="7b-q8_0"),
     pytest.param(_layers("llama-2-7b", 4), WeightFormat.q4_k, id="7b-q4_k"),
     pytest.param(_layers("llama-2-7b", 4), WeightFormat.q6_k, id="7b-q6_k"),
+    pytest.param(_layers("llama-2-7b", 4), Q4_K_M, id="7b-q4_k_m"),  # layers 2 and 3 with Q6_K wv and w2
     pytest.param(_layers("smollm2-135m", 4), WeightFormat.q4_1, id="smollm2-q4_1"),
 ])
 def test_block_logits_match_reference_for_64_steps(config, fmt):

@@ -121,7 +121,7 @@ def _decode_options(model, tokenizer, random_weights, shape, device, dtype, conf
     t = target(model, tokenizer, random_weights, shape, device, dtype, config, out, ranks)
     n_prompt, n_new = token_counts(t, prompt_len, new_tokens)
     backends = backend or ([t.run.backend] if t.run.backend else None)
-    blocks = block_copies(weights, t, fp8, ranks, backends or [])
+    blocks = block_copies(weights, t, fp8, ranks)
     mixed = mixed_blocks(t, fp8, ranks, backends or [])
     if backends is None:
         cuda = t.device.type == "cuda"

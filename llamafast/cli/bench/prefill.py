@@ -99,7 +99,7 @@ def _options(model, tokenizer, random_weights, shape, device, dtype, config, out
     t = target(model, tokenizer, random_weights, shape, device, dtype, config, out, ranks)
     lengths = prompt_lengths(prompt_lens, DEFAULT_LENGTHS, t.config.max_seq_len)
     backends = backend or ([t.run.backend] if t.run.backend else None)
-    blocks = block_copies(weights, t, None, ranks, backends or [])
+    blocks = block_copies(weights, t, None, ranks)
     if backends is None:
         cuda = [Backend.triton] if blocks else [Backend.triton, Backend.reference]
         backends = cuda if t.device.type == "cuda" else [Backend.reference]

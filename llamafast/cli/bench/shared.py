@@ -17,7 +17,7 @@ from llamafast.cli.common import (
 )
 from llamafast.cli.presets import RunConfig
 from llamafast.config import MODEL_CONFIGS, Backend, DType, FP8Format, ModelConfig, WeightFormat, model_config
-from llamafast.errors import LlamafastError, persistent_refusal
+from llamafast.errors import LlamafastError
 
 if TYPE_CHECKING:
     import torch
@@ -155,10 +155,8 @@ def readied(t: Target, backend: Backend, ranks=None, fp8: FP8Format | None = Non
         yield models, startup
 
 
-def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks,
-                 backends: list[Backend]) -> list:
-    """--weights: the block formats to time beside t's float weights, checked before any weights load (backends:
-    those asked for, by --backend or the preset)."""
+def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks) -> list:
+    """--weights: the block formats to time beside t's float weights, checked before any weights load."""
     from llamafast.config import BLOCK_FORMATS
     from llamafast.load.blocks import MIXES, check_blockable
 
@@ -170,9 +168,6 @@ def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks
         raise LlamafastError("--weights and --fp8 each time a copy of the float weights; run one bench for each")
     if names and ranks:
         raise LlamafastError(f"tensor parallel runs float and FP8 weights, not {names[0]} blocks; drop --weights")
-    mixes = [MIXES[n] for n in names if n in MIXES]
-    if mixes and Backend.persistent in backends:
-        raise persistent_refusal(sorted({mixes[0].base.value, mixes[0].more.value}))
     fmts = [MIXES[n] if n in MIXES else WeightFormat(n) for n in dict.fromkeys(names)]
     for fmt in fmts:
         check_blockable(t.config, fmt)
@@ -182,17 +177,19 @@ def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks
 
 
 def mixed_blocks(t: Target, fp8: FP8Format | None, ranks, backends: list[Backend]) -> bool:
-    """Whether t's layers hold block weights (a GGUF's, unless --fp8 or tensor parallel reads them dequantized; a
-    llamafast block checkpoint's) beside weights of another format: the persistent step compiles one, so it is
-    left out of the default backends, and refused by name before any weights load."""
+    """Whether t's layers hold weights in formats the persistent step cannot run together (a GGUF's blocks, unless
+    --fp8 or tensor parallel reads them dequantized, or a llamafast block checkpoint's, beside other formats:
+    model.persistent_formats_refusal): it is then left out of the default backends, and refused by name before
+    any weights load."""
     from llamafast.load.weights import layer_formats
+    from llamafast.model import persistent_formats_refusal
 
     if isinstance(t.source, str) or fp8 is not None or ranks:
         return False
-    held = layer_formats(t.source.checkpoint)
-    if len(held) > 1 and Backend.persistent in backends:
-        raise persistent_refusal(held)
-    return len(held) > 1
+    refusal = persistent_formats_refusal(layer_formats(t.source.checkpoint))
+    if refusal is not None and Backend.persistent in backends:
+        raise refusal
+    return refusal is not None
 
 
 def _check_float(ckpt) -> None:

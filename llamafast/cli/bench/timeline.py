@@ -46,7 +46,7 @@ def timeline(
         t = target(model, tokenizer, random_weights, shape, device, dtype, config, out)
         n_prompt = pick(prompt_len, t.run.prompt_len)
         _check(t, n_prompt, reps, backend)
-        blocks = block_copies(weights, t, fmt, None, [backend])
+        blocks = block_copies(weights, t, fmt, None)
         with readied(t, backend, None, fmt, blocks) as (models, _):
             _report(models, fmt, n_prompt, reps, json_out, out, backend)
 
