@@ -103,19 +103,27 @@ def check_decode_step(model: Transformer) -> None:
 def _persistent_layers(model: Transformer, x: torch.Tensor, pos: torch.Tensor, configs) -> torch.Tensor:
     """The model's layers for one token in the persistent kernel, bound once per KV cache (built by the eager step
     that precedes every graph capture)."""
-    from llamafast.kernels.decode_step import DecodeStep, LayerTensors
+    from llamafast.kernels.decode_step import DecodeStep
 
     key = (model.layers[0].k_cache.data_ptr(), model.cache_len)
     step = getattr(model, "_decode_step", None)
     if step is None or step[0] != key:
-        layers = [LayerTensors(b.attention_norm.weight, b.attention.qkv, b.attention.wo.w, b.ffn_norm.weight,
-                               b.feed_forward.w1.w, b.feed_forward.w3.w, b.feed_forward.w2.w, b.k_cache, b.v_cache)
-                  for b in model.layers]
+        layers = layer_tensors(model)
         attention = model.backend.launches["decode_attention"]
         step = (key, DecodeStep(layers, model.rope_cos, model.rope_sin, model.config.n_heads // model.world,
                                 model.config.norm_eps, configs, attention))
         model._decode_step = step
     return step[1](x, pos)
+
+
+def layer_tensors(model: Transformer, caches: Callable | None = None) -> list:
+    """What the persistent step reads and writes of each layer (decode_step_plan.LayerTensors); caches: block ->
+    (k, v) instead of the block's own (tuning/step.py times launches on scratch caches)."""
+    from llamafast.kernels.decode_step import LayerTensors
+
+    return [LayerTensors(b.attention_norm.weight, b.attention.qkv, b.attention.wo.w, b.ffn_norm.weight,
+                         b.feed_forward.w1.w, b.feed_forward.w3.w, b.feed_forward.w2.w,
+                         *(caches(b) if caches else (b.k_cache, b.v_cache))) for b in model.layers]
 
 
 def dense_blocks(op: Callable, dequantize: Callable = reference.dense) -> Callable:

@@ -1,6 +1,7 @@
 """Launch tables for every shape that runs. A model's decode kernels read its own copies of the committed tables
 (backends.BackendOps.launches). On first use of a shape that no table holds, the kernels' launches are swept on
-this GPU (the quick list of tuning/sweep.py), and the winners join the model's tables (under the committed
+this GPU (the quick list of tuning/sweep.py; the persistent step's, tuning/step.py), and the winners join the
+model's tables (under the committed
 entries, which stay authoritative for the Llama 2 shapes) and a file beside Triton's cache (tuning/cache.py), so
 the next run of the shape on this GPU tunes nothing. Returns data: llamafast.runtime tunes every model it
 readies, and the CLI says what ran (cli/common.py say_tuning, say_tuned).
@@ -25,6 +26,7 @@ from llamafast.model import Transformer
 from llamafast.settings import settings
 from llamafast.tuning import cache
 from llamafast.tuning.cache import Entries, Entry
+from llamafast.tuning.step import step_job_key, sweep_step
 from llamafast.tuning.sweep import Timer, graph_timer, sweep, table_name
 
 ATTENTION_CONTEXT = 4096  # positions attention is tuned at (fewer if the model's context is shorter)
@@ -63,6 +65,7 @@ class Plan:
     timer: Timer
     ignore_committed: bool
     tables: dict[str, dict]  # the model's launch tables, which the winners join
+    model: Transformer  # the persistent step is timed on its layers
 
 
 @dataclass
@@ -82,17 +85,27 @@ def enabled() -> bool:
 def model_jobs(model: Transformer) -> list[Job]:
     """The table keys model's decode step looks up: each GEMV weight's kernels.gemv.gemv_key ((N, K, bytes per
     element) as stored, FP8: int8, 1 byte; a tensor-parallel shard's own shape; (N, K, format) of block weights),
-    and attention's (KVH, GROUP)."""
+    and attention's (KVH, GROUP); where the persistent step runs every layer, the LM head's, attention's (which
+    the step runs) and the step's own (step.step_job_key), last, so that it is timed with attention's winner."""
     c, layer = model.config, model.layers[0]
     attention, ffn = layer.attention, layer.feed_forward
-    linears = [("rmsnorm_qkv_rope", attention.qkv), ("linear_residual[wo]", attention.wo.w),
-               ("rmsnorm_swiglu", ffn.w1.w)]
-    if hasattr(ffn, "w2"):  # a sparsified FFN's down projection (w2t) runs on cuBLAS
+    persistent = runs_step(model)
+    linears = [] if persistent else [("rmsnorm_qkv_rope", attention.qkv), ("linear_residual[wo]", attention.wo.w),
+                                     ("rmsnorm_swiglu", ffn.w1.w)]
+    if hasattr(ffn, "w2") and not persistent:  # a sparsified FFN's down projection (w2t) runs on cuBLAS
         linears.append(("linear_residual[w2]", ffn.w2.w))
     linears.append(("rmsnorm_lm_head", model.output.w))
     jobs = [Job(name, gemv_key(w), w.fmt if w.fmt.is_block else w.fmt.fp8) for name, w in linears]
     jobs.append(Job("decode_attention", (c.n_kv_heads // model.world, c.n_heads // c.n_kv_heads), None))
+    if persistent:
+        jobs.append(Job("decode_step", step_job_key(model), None))
     return list({(j.table, j.key): j for j in jobs}.values())  # wo and w2 of one shape are one key
+
+
+def runs_step(model: Transformer) -> bool:
+    """Whether the persistent step runs every layer of a decode token (a sparsified model's layers, and tensor
+    parallel shards, run per op: model.forward)."""
+    return model.backend.layers is not None and model.layout is None and model.world == 1
 
 
 def prepare(model: Transformer, timer: Timer | None = None, folder: Path | None = None,
@@ -119,7 +132,7 @@ def prepare(model: Transformer, timer: Timer | None = None, folder: Path | None 
     missing = [job for job in model_jobs(model) if (job.table, job.key) not in known]
     dtype = model.tok_embeddings.weight.dtype
     return Plan(path, gpu, missing, warning, model.config, dtype, device, timer or graph_timer, ignore_committed,
-                tables)
+                tables, model)
 
 
 def tune(plan: Plan) -> Tuned:
@@ -131,8 +144,13 @@ def tune(plan: Plan) -> Tuned:
     with on_gpu, _unwatched():
         for job in plan.missing:
             context = min(ATTENTION_CONTEXT, plan.config.max_seq_len) if job.kernel == "decode_attention" else 1
-            s = sweep(job.kernel, plan.config, plan.dtype, plan.device, job.fp8, context, quick=True, timer=plan.timer,
-                      most_sets=MOST_SETS)
+            if job.kernel == "decode_step":
+                if not plan.ignore_committed:
+                    cache.merge(plan.tables, won)  # attention's winner, which the step runs
+                s = sweep_step(plan.model, plan.timer)
+            else:
+                s = sweep(job.kernel, plan.config, plan.dtype, plan.device, job.fp8, context, quick=True,
+                          timer=plan.timer, most_sets=MOST_SETS)
             assert s.key == job.key, f"{job.kernel}: the registry's inputs give key {s.key}, the model {job.key}"
             if s.best is not None:  # else every launch failed: the kernel keeps its default
                 won[(job.table, job.key)] = Entry(s.best, s.times[s.best])

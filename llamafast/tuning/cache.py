@@ -18,6 +18,7 @@ from llamafast.formats.files import write_atomically
 from llamafast.settings import settings
 from llamafast.kernels import gemv
 from llamafast.kernels.decode_attention import AttentionConfig
+from llamafast.kernels.decode_step_plan import StepConfig
 from llamafast.kernels.gemv import GemvConfig
 from llamafast.tuning.sweep import TABLES, Launch
 
@@ -111,15 +112,39 @@ def _entries(data: dict) -> Entries:
         table, key = row["table"], tuple(row["key"])
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}")
-        launch = (AttentionConfig if table == "decode_attention" else GemvConfig)(**row["launch"])
+        launch = _launch(table, row["launch"])
         _check(table, key, launch)
         out[(table, key)] = Entry(launch, float(row["us"]))
     return out
 
 
+def _launch(table: str, fields: dict) -> Launch:
+    if table == "decode_step":  # tiles (block_n, block_k) are JSON lists
+        return StepConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    return (AttentionConfig if table == "decode_attention" else GemvConfig)(**fields)
+
+
+def _check_step(key: tuple, launch: StepConfig) -> None:
+    """A persistent step's launch: a (C, F, bytes or format) key; tiles of two positive powers of two; warps a
+    power of two; positive programs per SM and stages; a register cap of None or a positive number."""
+    fields = asdict(launch)
+    tiles = [fields.pop(name) for name in ("qkv", "wo", "ffn", "w2")]
+    regs = fields.pop("max_registers")
+    sizes = [v for tile in tiles for v in tile]
+    ok = len(key) == 3 and all(len(tile) == 2 for tile in tiles)
+    numbers = [*key[:2], *sizes, *fields.values(), *([] if regs is None else [regs])]
+    if ok and key[2] not in BLOCK_FORMATS:
+        numbers.append(key[2])
+    if (not ok or not all(type(v) is int and v > 0 for v in numbers)
+            or any(v & (v - 1) for v in (*sizes, launch.num_warps))):
+        raise ValueError(f"bad entry decode_step {list(key)}: {asdict(launch)}")
+
+
 def _check(table: str, key: tuple, launch: Launch) -> None:
     """What a launch needs to compile: positive integers, blocks and warps powers of two; keys of the right
     length, a GEMV key's last a byte count or a block format's name; own_int8 a bool, true for block weights only."""
+    if table == "decode_step":
+        return _check_step(key, launch)
     block = table != "decode_attention" and len(key) == 3 and key[2] in BLOCK_FORMATS
     fields = asdict(launch)
     own_int8 = fields.pop("own_int8", False)

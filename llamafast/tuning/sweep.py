@@ -18,10 +18,11 @@ from llamafast.measure.registry import REGISTRY, Inputs
 from llamafast.config import ModelConfig, WeightFormat
 from llamafast.kernels import COMMITTED
 from llamafast.kernels.decode_attention import AttentionConfig, default_config
+from llamafast.kernels.decode_step_plan import StepConfig
 from llamafast.kernels.gemv import GemvConfig, gemv_config, gemv_key
 from llamafast.quant import FP8Format
 
-Launch = GemvConfig | AttentionConfig
+Launch = GemvConfig | AttentionConfig | StepConfig
 
 # The kernels' committed launch tables, by name (read, never written): the registry's "linear_residual[wo]" and
 # "[w2]" share one.

@@ -16,6 +16,7 @@ from llamafast.backends import build, with_backend
 from llamafast.cli.common import say_tuned, say_tuning
 from llamafast.config import Backend, FP8Format, WeightFormat
 from llamafast.kernels.decode_attention import default_config
+from llamafast.kernels.decode_step_plan import StepConfig
 from llamafast.kernels.gemv import GemvConfig, gemv_config
 from llamafast.load.weights import quantize_state, random_state
 from llamafast.load.shard import Shard, random_shard
@@ -33,6 +34,8 @@ def cost(launch) -> float:
     if isinstance(launch, GemvConfig):
         return (1e4 / (launch.block_n * launch.block_k) - launch.num_warps * 1e-3 + launch.block_n * 1e-6
                 - launch.own_int8 * 1e-7)
+    if isinstance(launch, StepConfig):  # the persistent step: deeper staging is faster
+        return 10.0 - launch.stages
     return launch.n_splits + launch.block_s * 1e-3
 
 
