@@ -162,8 +162,8 @@ def build(
 
 def with_backend(model: Transformer, backend: Backend) -> Transformer:
     """The same weights (shared, not copied) in a model built for another backend, with the same launch tables
-    where both are triton; bench compares them."""
-    launches = model.backend.launches if backend == model.backend.name else None
+    where both run llamafast's kernels (triton and persistent: each reads its own entries); bench compares them."""
+    launches = model.backend.launches if backend.fused and model.backend.name.fused else None
     out = build(model.config, model.state_dict(), backend, *model.weight_formats, model.layout, model.shard, launches,
                 model.tensor_formats)
     out.comm = model.comm

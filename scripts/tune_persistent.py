@@ -80,10 +80,7 @@ def main() -> None:
     rows = [{"variant": "per-op", "ms_per_token": step_ms(per_op, a.steps)}]
     print(f"{a.shape} {a.weights or a.fp8 or 'bf16'}: per-op graph {rows[0]['ms_per_token']:.4f} ms/token", flush=True)
     for cfg in candidates(w.fmt, w.data.element_size()):
-        model = with_backend(per_op, Backend.persistent)
-        for table, launches in per_op.backend.launches.items():  # the LM head's tuned launch, as per op
-            if table != "decode_step":
-                model.backend.launches[table].update(launches)
+        model = with_backend(per_op, Backend.persistent)  # the per-op model's tables: the LM head's tuned launch
         model.backend.launches["decode_step"][key] = cfg
         try:
             err = max(((x - y).norm() / y.norm()).item() for x, y in zip(_decode_logits(model, tokens), want))

@@ -46,6 +46,8 @@ def test_the_persistent_step_is_tuned_on_first_use_on_the_models_layers_and_reus
     assert best == min(candidates, key=cost) and best != candidates[0]
     again = model()
     assert tuning.prepare(again, FakeTimer()).missing == [] and again.backend.launches["decode_step"][key] == best
+    per_op = with_backend(again, Backend.triton)  # bench times both on one set of tables
+    assert per_op.backend.launches is again.backend.launches
     ref = with_backend(again, Backend.reference)
     tokens = torch.tensor([1, 999, 17, 3], device=DEVICE)
     logits = []

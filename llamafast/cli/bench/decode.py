@@ -12,7 +12,7 @@ from rich.table import Table
 from llamafast.cli.bench.shared import (
     BlockCopiesOpt, FP8BesideOpt, JsonOpt, NewTokensOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt,
     beside_tp1, block_copies, check_backends, mixed_blocks, preloaded, readied, readied_as, target, times,
-    token_counts,
+    token_counts, tuned_steps,
 )
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, parse_floats,
@@ -70,6 +70,8 @@ def _timed(t, backends, fmt, blocks, tp_comm, ranks, n_prompt: int, n_new: int):
     from llamafast.bench.decode import run_bench
 
     with readied(t, readied_as(backends), ranks, fmt, blocks) as (models, startup):
+        if Backend.persistent in backends:
+            tuned_steps(models)
         comms = [None]
         if ranks:
             made = make_comms(ranks, models[0], tp_comm or [TPComm.symm, TPComm.nccl])

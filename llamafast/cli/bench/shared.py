@@ -176,6 +176,17 @@ def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks
     return fmts
 
 
+def tuned_steps(models: list[LoadedModel]) -> None:
+    """The persistent step's launch of each model readied for triton, tuned on first use as generate tunes it
+    (runtime.tune) and said as it says it; the winner joins the model's tables, which with_backend shares with the
+    persistent model bench times."""
+    from llamafast.backends import with_backend
+    from llamafast.runtime import tune
+
+    for lm in models:
+        say_tuned(tune(with_backend(lm.model, Backend.persistent), say_tuning))
+
+
 def mixed_blocks(t: Target, fp8: FP8Format | None, ranks, backends: list[Backend]) -> bool:
     """Whether t's layers hold weights in formats the persistent step cannot run together (a GGUF's blocks, unless
     --fp8 or tensor parallel reads them dequantized, or a llamafast block checkpoint's, beside other formats:
