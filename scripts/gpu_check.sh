@@ -4,7 +4,9 @@
 # them), then Llama-2-7B random-weight benches: bf16 and FP8 E5M2 decode beside each other, and time to first
 # token at 16, 512 and 4,000 prompt tokens. Writes OUTDIR/summary.md (the commit, GPU, versions, test counts,
 # the bench figures) and each step's raw output beside it.
-#   GPU_CHECK_COMMIT=$(git rev-parse HEAD) bash scripts/gpu_check.sh OUTDIR
+#   GPU_CHECK_COMMIT=<sha> bash scripts/gpu_check.sh OUTDIR
+# with the sha of the tree it runs, taken where it was committed: a copy of a working tree sent to a GPU machine
+# can carry older git metadata than its files (one reported the session's first commit).
 # Needs beside the checkout, as ignored folders (the device copy carries them): .whl/ with the gguf wheel the
 # device image lacks (python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl gguf,
 # and for the server fastapi opentelemetry-api starlette uvicorn pydantic pydantic_core annotated-types

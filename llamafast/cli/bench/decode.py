@@ -37,7 +37,7 @@ def decode(
     config: ConfigOpt = None,
     prompt_len: PromptLenOpt = None,
     new_tokens: NewTokensOpt = None,
-    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: all the device runs, but persistent for a file whose layers mix block formats; triton and persistent with --fp8; triton alone with --weights or --tp].")] = None,
+    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: all the device runs, but persistent for a file whose layers mix block formats it cannot run together; triton and persistent with --fp8; triton alone with --weights or --tp].")] = None,
     fp8: FP8BesideOpt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
     weights: BlockCopiesOpt = None,
