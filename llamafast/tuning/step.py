@@ -15,9 +15,11 @@ import torch
 from llamafast.kernels.decode_step_plan import StepConfig, step_config, step_key
 from llamafast.tuning.sweep import Sweep
 
-# Positions cached when timed: one attention split at every Llama 2 shape, and the weights' bytes dominate.
+# Positions cached when timed: few, since a step's weight bytes outweigh its context's at short contexts.
 CONTEXT = 256
-STEPS = 8  # decode steps per graph replay; each reads every layer's weights, far more than L2 holds at 64 MB
+# Decode steps per graph replay; each reads every layer's weights, at least tuning.MIN_BYTES (64 MB), more than
+# an H100's 50 MB of L2, so no step finds the last one's weights there.
+STEPS = 8
 
 
 def step_job_key(model) -> tuple:

@@ -177,9 +177,9 @@ def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks
 
 
 def tuned_steps(models: list[LoadedModel]) -> None:
-    """The persistent step's launch of each model readied for triton, tuned on first use as generate tunes it
-    (runtime.tune) and said as it says it; the winner joins the model's tables, which with_backend shares with the
-    persistent model bench times."""
+    """The persistent step's launch of each model bench readied (for triton, where it times triton too), tuned on
+    first use as generate tunes it (runtime.tune) and said as it says it; the winner joins the model's tables, which
+    with_backend shares with the persistent model bench times."""
     from llamafast.backends import with_backend
     from llamafast.runtime import tune
 
