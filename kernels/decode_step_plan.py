@@ -12,6 +12,7 @@ import torch
 from llamafast.config import Weight, WeightFormat
 
 from ._common import INTERPRET, cdiv, next_pow2, prev_pow2, scale_arg, w_fp8
+from .rmsnorm_qkv_rope import qkv_rows
 
 OPS = ("qkv", "attention", "wo", "ffn", "w2")  # per layer, in dependency order; each waits on the one before it
 
@@ -107,11 +108,10 @@ class LayerTensors:
 
 def formats_refusal(layers: list[dict[str, WeightFormat]]) -> str | None:
     """Why the kernel cannot run layers in these formats (per layer: wqkv, wv where it is wqkv's tail in a format
-    of its own, wo, w1, w3, w2 -> format), or None. It compiles
-    one float or FP8 format for every weight, or block formats: one for wqkv's rows in every layer, one for its
-    tail (wv apart), and at most two for each of wo, gate and up, and w2, stored alike (data and scale dtypes), of
-    which a flag per layer picks one (llama.cpp's Q4_K_M, Q5_K_M and Q4_K_S files mix Q4_K or Q5_K with Q5_K or
-    Q6_K in wv and w2)."""
+    of its own, wo, w1, w3, w2 -> format), or None. It compiles one float or FP8 format for every weight, or block
+    formats: one for wqkv's rows in every layer, one for its tail (wv apart), and at most two for each of wo, gate
+    and up, and w2, stored alike (data and scale dtypes), of which a flag per layer picks one (llama.cpp's Q4_K_M,
+    Q5_K_M and Q4_K_S files mix Q4_K or Q5_K with Q5_K or Q6_K in wv and w2)."""
     every = sorted({f.value for layer in layers for f in layer.values()})
     if any(not WeightFormat(f).is_block for f in every):
         return None if len(every) == 1 else f"its layers mix {' and '.join(every)}"
@@ -167,11 +167,10 @@ def step_formats(layers: list[LayerTensors]) -> StepFormats:
 
 
 def even_split(cfg: StepConfig, layers: list[LayerTensors]) -> StepConfig:
-    """cfg with qkv tiles whose rows lie all in wqkv's rows or all in its tail, where a layer has one."""
-    bn = cfg.qkv[0]
-    while any(t.wqkv.tail is not None and t.wqkv.head.shape[0] % bn for t in layers) and bn > 2:
-        bn //= 2
-    return dataclasses.replace(cfg, qkv=(bn, cfg.qkv[1]))
+    """cfg with qkv tiles whose rows lie all in wqkv's rows or all in its tail, where a layer has one (every
+    layer's wqkv has one shape: step_formats)."""
+    tails = [t.wqkv for t in layers if t.wqkv.tail is not None]
+    return dataclasses.replace(cfg, qkv=(qkv_rows(cfg.qkv[0], tails[0] if tails else layers[0].wqkv), cfg.qkv[1]))
 
 
 def format_args(f: StepFormats) -> dict:

@@ -122,15 +122,22 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     q = torch.empty((1, qd // d, d), device=x.device, dtype=x.dtype)
     cfg = gemv_config(CONFIGS if configs is None else configs, wqkv, summed=bool(parts))
     head, tail = wqkv.head, wqkv.tail
-    block_n = max(2, cfg.block_n)  # even, so both rows of a RoPE pair are in one program
-    while tail is not None and head.shape[0] % block_n:  # a program's rows are all the head's or all the tail's
-        block_n //= 2
+    block_n = qkv_rows(cfg.block_n, wqkv)
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
         gemv_input(x, wqkv, cfg, norm_w), norm_w, head.data, scale_arg(head), cos, sin, pos, q, k_cache, v_cache,
         n, c, qd, kvh * d, head.data.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
         HEAD_DIM=d, **launch_args(cfg, head, block_n, pdl=tail is None), **parts, **_tail_args(head, tail),
     )
     return q
+
+
+def qkv_rows(block_n: int, wqkv: Weight) -> int:
+    """Rows per program (tile) at most block_n: even, so both rows of a RoPE pair are in one program, and where
+    wqkv has a tail, dividing its head's rows, so that a program's rows are all the head's or all the tail's."""
+    block_n = max(2, block_n)
+    while wqkv.tail is not None and wqkv.head.shape[0] % block_n:
+        block_n //= 2
+    return block_n
 
 
 def _tail_args(head: Weight, tail: Weight | None) -> dict:
