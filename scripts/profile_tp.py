@@ -11,7 +11,9 @@ Under torchrun, per variant: none (the floor, timed on every rank at once: the s
 their drift, which every wait exposes), NCCL all-reduces, and symmetric memory (kernels/tp_sync.py). Each variant's cost per synchronisation point is (its ms/token - the slowest
 rank's floor) / points, points = 2 per layer + 1 for the logits. --sweep: then the launches of the kernels that add
 the ranks' partials under symm (RMSNorm + SwiGLU, + QKV, + LM head), which every program reads whole, so their
-best launch is not the floor's: their committed entries under the key + ("summed",) come from it.
+best launch is not the floor's: their committed entries under the key + ("summed",) come from it. --timeline: each
+variant's step also taken apart by kernel (bench.timeline, rank 0's kernels from torch.profiler, each step replayed
+alone), so a point's cost shows where it lands: in the producers, the consumers or the gaps between them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from llamafast.bench.timeline import record_steps, summarize
 from llamafast.config import Backend, DType, SamplingConfig, TPComm
 from llamafast.errors import LlamafastError
 from llamafast.generate import Engine
@@ -50,7 +53,12 @@ class NoComm:
 
 def step_ms(model, steps: int = 200) -> float:
     """Milliseconds per graphed decode step, after a 16-token prompt and 4 warm-up steps."""
-    engine = Engine(model, SamplingConfig(temperature=0), 16 + steps + 8)
+    return timed_step(model, steps)[0]
+
+
+def timed_step(model, steps: int = 200, timeline: bool = False) -> tuple[float, dict | None]:
+    """step_ms, and with timeline 20 more steps taken apart by kernel (every rank replays them, in step)."""
+    engine = Engine(model, SamplingConfig(temperature=0), 16 + steps + (40 if timeline else 8))
     engine.prefill(list(range(1, 17)))
     for _ in range(4):
         engine.decode()
@@ -63,28 +71,51 @@ def step_ms(model, steps: int = 200) -> float:
         engine.decode()
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) / steps
+    if not timeline:
+        return start.elapsed_time(end) / steps, None
+    if dist.is_initialized():
+        dist.barrier()
+    kernels = summarize(record_steps(engine, 20), lambda op: 0, copy_bandwidth(engine.token.device))
+    return start.elapsed_time(end) / steps, {
+        "span_us": kernels.span_us, "kernel_us": kernels.kernel_us, "gap_us": kernels.gap_us,
+        "layer_us": kernels.layer_us, "ops": [{"op": r.op, "segment": r.segment, "calls": r.calls, "us": r.us,
+                                               "gap_us": r.gap_us} for r in kernels.ops]}
 
 
-def _step(name: str, ms: float, show: bool = True, **extra) -> dict:
+def show_timeline(name: str, t: dict) -> None:
+    print(f"  {name}: span {t['span_us']:.1f} us = kernels {t['kernel_us']:.1f} + gaps {t['gap_us']:.1f}; "
+          f"middle layer {t['layer_us']:.2f} us", flush=True)
+    for r in t["ops"]:
+        print(f"    {r['segment']:8} {r['op']:28} x{r['calls']:<3} {r['us']:8.2f} us  gap {r['gap_us']:6.2f} us",
+              flush=True)
+
+
+def _step(name: str, ms: float, show: bool = True, timeline: dict | None = None, **extra) -> dict:
     if show:
         print(f"{name:28} {ms:7.3f} ms/token {1e3 / ms:7.1f} tok/s"
               + "".join(f"  {k} {v:.2f}" for k, v in extra.items() if isinstance(v, float)), flush=True)
-    return {"variant": name, "ms_per_token": ms, "tok_s": 1e3 / ms, **extra}
+        if timeline:
+            show_timeline(name, timeline)
+    return {"variant": name, "ms_per_token": ms, "tok_s": 1e3 / ms, **extra, **({"timeline": timeline} if timeline
+                                                                             else {})}
 
 
-def one_gpu_steps(shape: str, world: int, device: torch.device):
+def one_gpu_steps(shape: str, world: int, device: torch.device, timeline: bool = False):
     """Rank 0's shard of a `world`-way split on this one GPU, and its steps: TP=1 (the whole model, where it fits)
     and the shard's floor. Returns (the shard's model, the steps)."""
     model = random_model(shape, device, DType.bfloat16, Backend.triton, shard=Shard(0, world)).model
     steps = []
     try:
-        steps.append(_step("TP=1", step_ms(random_model(shape, device, DType.bfloat16, Backend.triton).model)))
+        whole = random_model(shape, device, DType.bfloat16, Backend.triton).model
+        ms, t = timed_step(whole, timeline=timeline)
+        steps.append(_step("TP=1", ms, timeline=t))
+        del whole
     except LlamafastError as e:  # 70B: 138 GB
         print(f"TP=1: {e}")
     torch.cuda.empty_cache()
     model.comm = NoComm()
-    steps.append(_step("none (floor)", step_ms(model)))
+    ms, t = timed_step(model, timeline=timeline)
+    steps.append(_step("none (floor)", ms, timeline=t))
     return model, steps
 
 
@@ -134,42 +165,41 @@ def sweep_consumers(model, timed) -> tuple[list[dict], dict]:
     return rows, winners
 
 
-def under_torchrun(shape: str, sweep: bool):
+def under_torchrun(shape: str, sweep: bool, timeline: bool = False):
     """Every variant on every rank; returns (ranks, the leader's rows)."""
     ranks = setup(None)
     model = random_model(shape, ranks.device, DType.bfloat16, Backend.triton, shard=ranks.shard).model
     points = 2 * model.config.n_layers + 1
     steps, floor = [], None
 
-    def timed(comm):
-        """ms/token on this rank and every rank's."""
+    def timed(comm, kernels: bool = False):
+        """ms/token on this rank, every rank's, and (kernels) this rank's step by kernel."""
         model.comm = comm
-        ms = step_ms(model)
+        ms, t = timed_step(model, timeline=kernels)
         every = [None] * ranks.shard.world
         dist.all_gather_object(every, ms, group=ranks.control)
-        return ms, every
+        return ms, every, t
 
     for name, comm in variants(ranks, model):
-        ms, every = timed(comm)
+        ms, every, t = timed(comm, timeline)
         if floor is None:  # the floor: every rank's, and their spread
             floor = max(every)
-            steps.append(_step(name, ms, ranks.leader, slowest_rank_ms=floor, drift_us_per_point=1e3 * (
+            steps.append(_step(name, ms, ranks.leader, t, slowest_rank_ms=floor, drift_us_per_point=1e3 * (
                 floor - min(every)) / points))
         else:
-            steps.append(_step(name, ms, ranks.leader, us_per_point=1e3 * (ms - floor) / points))
+            steps.append(_step(name, ms, ranks.leader, t, us_per_point=1e3 * (ms - floor) / points))
     if sweep:
         config, sharded = model.config, model.shard.vocab_sharded(model.config)
         comm = make_comm(TPComm.symm, ranks, config, sharded, "graph")[0]
 
         def symm_ms():
-            every = timed(comm)[1]
-            return max(every)
+            return max(timed(comm)[1])
 
         rows, winners = sweep_consumers(model, symm_ms)
         for r in rows if ranks.leader else ():
             print(f"  {r['kernel']:18} {r['config']}: {r['ms_per_token']:.3f} ms/token", flush=True)
         ms = timed(comm)[0]
-        steps.append(_step("symm, swept consumers", ms, ranks.leader, us_per_point=1e3 * (ms - floor) / points,
+        steps.append(_step("symm, swept consumers", ms, ranks.leader, None, us_per_point=1e3 * (ms - floor) / points,
                            sweep=rows, winners=winners))
     return ranks, steps
 
@@ -181,13 +211,14 @@ def main() -> None:
     parser.add_argument("--world", type=int, default=2, help="without torchrun: the tensor-parallel size whose rank 0 is timed")
     parser.add_argument("--sweep", action="store_true", help="under torchrun: then sweep the launches of symm's "
                         "consumers (consumer_weights) and time symm with the winners")
+    parser.add_argument("--timeline", action="store_true", help="take each variant's step apart by kernel (rank 0's)")
     a = parser.parse_args()
     torchrun = "WORLD_SIZE" in os.environ
     if torchrun:
-        ranks, steps = under_torchrun(a.shape, a.sweep)
+        ranks, steps = under_torchrun(a.shape, a.sweep, a.timeline)
         world, device, leader = ranks.shard.world, ranks.device, ranks.leader
     else:
-        steps = one_gpu_steps(a.shape, a.world, torch.device("cuda"))[1]
+        steps = one_gpu_steps(a.shape, a.world, torch.device("cuda"), a.timeline)[1]
         world, device, leader = a.world, torch.device("cuda"), True
     if leader:
         with open(a.out, "w") as f:
