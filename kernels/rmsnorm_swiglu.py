@@ -27,13 +27,17 @@ CONFIGS: dict[tuple, GemvConfig] = {
     (11008, 4096, 1): GemvConfig(block_n=2, block_k=512, num_warps=1),
     # Tensor-parallel shards (TP=2 at 7B, 13B and 70B), tuned on one H200 (scripts/results/tp/tune_tp2_*.json):
     (5504, 4096, 2): GemvConfig(block_n=4, block_k=256, num_warps=2),  # 27.5 us
-    (6912, 5120, 2): GemvConfig(block_n=2, block_k=512, num_warps=1),  # 41.1 us
+    # 13B: timed alone, 2 rows and one warp a program won (41.1 us against 42.5), but in the step, under PDL,
+    # that launch held the floor at 4.77 ms/token against 3.60 with this one (3.73 without PDL: one H200,
+    # scripts/experiments/tp_floor_13b.txt).
+    (6912, 5120, 2): GemvConfig(block_n=2, block_k=1024, num_warps=2),
     (14336, 8192, 2): GemvConfig(block_n=2, block_k=1024, num_warps=2),  # 118.3 us, 70B
     # The same shards adding the ranks' partials (symm, gemv.gemv_config's summed key): each program reads them
     # whole, so fewer, larger programs win. The whole TP=2 step on two H100s (scripts/profile_tp.py --sweep,
-    # scripts/results/tp/h100x2_sweep/): 13B 5.560 ms/token against 5.877, 70B 24.718 against 26.007 with the
-    # entries above.
-    (6912, 5120, 2, "summed"): GemvConfig(block_n=4, block_k=512, num_warps=2),
+    # scripts/results/tp/h100x2_sweep/): 70B 24.718 ms/token against 26.007 with the entry above. 13B's is the
+    # floor's runner-up in tp_floor_13b.txt (3.63 ms/token), 432 programs, not the sweep's 4 rows and 2 warps,
+    # which ran the floor at 4.91 ms/token.
+    (6912, 5120, 2, "summed"): GemvConfig(block_n=16, block_k=256, num_warps=4),
     (14336, 8192, 2, "summed"): GemvConfig(block_n=4, block_k=1024, num_warps=4),
 }
 

@@ -14,6 +14,8 @@ from llamafast.measure.registry import REGISTRY
 from llamafast.quant import FP8Format
 
 from llamafast.kernels.gemv import gemv_key
+from llamafast.kernels.linear_residual import CONFIGS as RESIDUAL_CONFIGS
+from llamafast.kernels.rmsnorm_swiglu import CONFIGS as SWIGLU_CONFIGS
 
 from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, K_QUANTS, SHAPES, launches, tolerance
 
@@ -72,6 +74,21 @@ def test_k_quants_in_a_partial_tile(fmt):
     x, res = rand(1, 768, dtype=torch.float32, device=DEVICE), rand(1, 40, dtype=torch.float32, device=DEVICE)
     got = linear_residual(x, w, res, configs={gemv_key(w): GemvConfig(8, 512, 4)})
     torch.testing.assert_close(got, reference(x, w, res), **tolerance(torch.float32))
+
+
+# Every committed launch of float weights, at its own shape: (registry kernel, key) where the registry kernel's
+# inputs take the key's (N, K) as (F, C) or (C, F); the tensor-parallel shards' shapes are among them.
+COMMITTED = [pytest.param(name, key, id=f"{name}-{key[0]}x{key[1]}x{key[2]}", marks=pytest.mark.gpu)
+             for name, table in (("rmsnorm_swiglu", SWIGLU_CONFIGS), ("linear_residual[w2]", RESIDUAL_CONFIGS))
+             for key in table if len(key) == 3 and isinstance(key[2], int)]
+
+
+@pytest.mark.parametrize("name,key", COMMITTED)
+def test_committed_launches_match_reference(name, key):
+    n, k, size = key
+    dim, hidden = (k, n) if name == "rmsnorm_swiglu" else (n, k)
+    config = ModelConfig(dim=dim, n_layers=1, n_heads=dim // 128, hidden_dim=hidden, vocab_size=256)
+    assert_matches_reference(REGISTRY[name], config, torch.bfloat16, None if size == 2 else FP8Format.e5m2)
 
 
 def test_every_registry_kernel_is_tested():
