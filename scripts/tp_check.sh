@@ -3,8 +3,8 @@
 # checks (the sync kernels' GPU tests; every GPU test under tests/tp: stories260K's greedy tokens, 7B's logits and
 # `generate` at TP=2, symm and nccl, against TP=1), then what times: `bench` under torchrun at 7B, 70B (where a GPU
 # holds its 69 GB shard) and 13B with TP=2 symm beside nccl and TP=1, scripts/profile_tp.py's cost per
-# synchronisation point at each shape, and time to first token at 4,000 tokens, then split by kernel
-# (scripts/profile_tp_prefill.py). A step that would not end inside the budget is skipped and says so. Writes each
+# synchronisation point at each shape with each variant's step by kernel (--timeline), and time to first token at
+# 4,000 tokens, then split by kernel (scripts/profile_tp_prefill.py). A step that would not end inside the budget is skipped and says so. Writes each
 # step's raw output into OUTDIR and a summary.md of the figures. Naming steps runs only those; sweep_7b, sweep_13b and
 # sweep_70b (profile_tp.py --sweep: the launches of symm's consumers, whose winners go into the kernels' "summed"
 # entries by hand) run only when named, as on GPUs other than those the committed entries were swept on.
@@ -55,7 +55,8 @@ fi
 step bench_13b 80 $tr -m llamafast bench --random-weights --shape llama-2-13b --new-tokens 256 \
   --out "$out/tp2_13b.json"
 for shape in 7b 13b 70b; do
-  step "profile_$shape" 90 $tr scripts/profile_tp.py --shape "llama-2-$shape" --out "$out/profile_$shape.json"
+  step "profile_$shape" 90 $tr scripts/profile_tp.py --shape "llama-2-$shape" --timeline \
+    --out "$out/profile_$shape.json"
 done
 for shape in 7b 13b 70b; do
   if [[ "$only" == *" sweep_$shape "* ]]; then  # 33, 40 and 121 s on two H100s (scripts/results/tp/h100x2_sweep)
