@@ -4,8 +4,8 @@
 # `generate` at TP=2, symm and nccl, against TP=1), then what times: `bench` under torchrun at 7B, 70B (where a GPU
 # holds its 69 GB shard) and 13B with TP=2 symm beside nccl and TP=1, scripts/profile_tp.py's cost per
 # synchronisation point at each shape with each variant's step by kernel (--timeline), and time to first token at
-# 4,000 tokens, then split by kernel (scripts/profile_tp_prefill.py). A step that would not end inside the budget is skipped and says so. Writes each
-# step's raw output into OUTDIR and a summary.md of the figures. Naming steps runs only those; sweep_7b, sweep_13b and
+# 4,000 tokens, then split by kernel (scripts/profile_tp_prefill.py). A step that would not end inside the budget
+# is skipped and says so. Writes each step's raw output into OUTDIR and a summary.md of the figures. Naming steps runs only those; sweep_7b, sweep_13b and
 # sweep_70b (profile_tp.py --sweep: the launches of symm's consumers, whose winners go into the kernels' "summed"
 # entries by hand) run only when named, as on GPUs other than those the committed entries were swept on.
 #   bash scripts/tp_check.sh OUTDIR [BUDGET_S [STEP ...]]
@@ -46,7 +46,8 @@ step tests_tp 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/tp
 step bench_7b 60 $tr -m llamafast bench --random-weights --shape llama-2-7b --new-tokens 256 \
   --out "$out/tp2_7b.json"
 if [ "$mem_gb" -ge 75 ]; then  # 64 GiB of bf16 weights a rank
-  # 84 s on two H200s, which tune the shard's launches first (33 s) and hold TP=1 whole (scripts/results/tp/h200x2_e89b9bd)
+  # 84 s on two H200s, which tune the shard's launches first (33 s) and hold TP=1 whole
+  # (scripts/results/tp/h200x2_e89b9bd)
   step bench_70b 150 $tr -m llamafast bench --random-weights --shape llama-2-70b --new-tokens 128 \
     --out "$out/tp2_70b.json"
 else
