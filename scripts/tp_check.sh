@@ -5,9 +5,10 @@
 # holds its 69 GB shard) and 13B with TP=2 symm beside nccl and TP=1, scripts/profile_tp.py's cost per
 # synchronisation point at each shape with each variant's step by kernel (--timeline), and time to first token at
 # 4,000 tokens, then split by kernel (scripts/profile_tp_prefill.py). A step that would not end inside the budget
-# is skipped and says so. Writes each step's raw output into OUTDIR and a summary.md of the figures. Naming steps runs only those; sweep_7b, sweep_13b and
-# sweep_70b (profile_tp.py --sweep: the launches of symm's consumers, whose winners go into the kernels' "summed"
-# entries by hand) run only when named, as on GPUs other than those the committed entries were swept on.
+# is skipped and says so. Writes each step's raw output into OUTDIR and a summary.md of the figures. Naming steps
+# runs only those; sweep_7b, sweep_13b and sweep_70b (profile_tp.py --sweep: the launches of symm's consumers, whose
+# winners go into the kernels' "summed" entries by hand) run only when named, as on GPUs other than those the
+# committed entries were swept on.
 #   bash scripts/tp_check.sh OUTDIR [BUDGET_S [STEP ...]]
 # Needs .whl/ beside the checkout as scripts/gpu_check.sh does (the gguf wheel).
 set -uo pipefail
