@@ -1,9 +1,9 @@
-"""Why Llama-2-13B's TP=2 floor (rank 0's shard decoding with no communication) runs 4.79 ms/token on an H200,
-where its kernels' tuned launches, timed alone, add up to about 3.8 ms: the floor on one GPU, as
-scripts/profile_tp.py --world 2 times it, with its decode GEMVs under programmatic dependent launch (as committed)
-and without, and with other launches of the FFN's two kernels (the runners-up of scripts/results/tp/
-tune_tp2_13b.json); the 7B shard beside it, whose floor runs at its kernels' sum. From the repository root, on one
-GPU, with the project importable:
+"""Llama-2-13B's TP=2 floor (rank 0's shard decoding with no communication) on one GPU, as scripts/profile_tp.py
+--world 2 times it: on the committed launches, with its decode GEMVs under programmatic dependent launch and
+without, then with other launches of the FFN's two kernels (the runners-up of scripts/results/tp/
+tune_tp2_13b.json), each timed over the whole graphed step; the 7B shard beside it, with and without PDL. Where a
+launch that wins alone loses in the step, this shows it: tp_floor_13b.txt, run when the gate-and-up entry was 2 rows
+and one warp a program. From the repository root, on one GPU, with the project importable:
 
     python scripts/experiments/tp_floor_13b.py
 """
