@@ -85,7 +85,7 @@ COMMITTED = [pytest.param(name, key, id=f"{name}-{key[0]}x{key[1]}x{key[2]}", ma
 
 @pytest.mark.parametrize("name,key", COMMITTED)
 def test_committed_launches_match_reference(name, key):
-    """Each launch a table commits runs at its shape and matches the reference (no mask off at whole tiles)."""
+    """Each launch a table commits, run at its own shape, matches the reference."""
     n, k, size = key
     dim, hidden = (k, n) if name == "rmsnorm_swiglu" else (n, k)
     config = ModelConfig(dim=dim, n_layers=1, n_heads=dim // 128, hidden_dim=hidden, vocab_size=256)
