@@ -75,11 +75,10 @@ def timed_step(model, steps: int = 200, timeline: bool = False) -> tuple[float, 
         return start.elapsed_time(end) / steps, None
     if dist.is_initialized():
         dist.barrier()
-    kernels = summarize(record_steps(engine, 20), lambda op: 0, copy_bandwidth(engine.token.device))
-    return start.elapsed_time(end) / steps, {
-        "span_us": kernels.span_us, "kernel_us": kernels.kernel_us, "gap_us": kernels.gap_us,
-        "layer_us": kernels.layer_us, "ops": [{"op": r.op, "segment": r.segment, "calls": r.calls, "us": r.us,
-                                               "gap_us": r.gap_us} for r in kernels.ops]}
+    # Times only: no op's bytes are counted, so no copy bandwidth is measured (a 2 GiB copy beside a 70B shard).
+    t = summarize(record_steps(engine, 20), lambda op: 0, 0.0).to_dict()
+    t["ops"] = [{k: r[k] for k in ("op", "segment", "calls", "us", "gap_us")} for r in t["ops"]]
+    return start.elapsed_time(end) / steps, {k: t[k] for k in ("span_us", "kernel_us", "gap_us", "layer_us", "ops")}
 
 
 def show_timeline(name: str, t: dict) -> None:
@@ -100,10 +99,17 @@ def _step(name: str, ms: float, show: bool = True, timeline: dict | None = None,
                                                                              else {})}
 
 
+def floor_model(shape: str, world: int, device: torch.device):
+    """Rank 0's shard of a `world`-way split on this one GPU, decoding with no communication (its floor)."""
+    model = random_model(shape, device, DType.bfloat16, Backend.triton, shard=Shard(0, world)).model
+    model.comm = NoComm()
+    return model
+
+
 def one_gpu_steps(shape: str, world: int, device: torch.device, timeline: bool = False):
     """Rank 0's shard of a `world`-way split on this one GPU, and its steps: TP=1 (the whole model, where it fits)
     and the shard's floor. Returns (the shard's model, the steps)."""
-    model = random_model(shape, device, DType.bfloat16, Backend.triton, shard=Shard(0, world)).model
+    model = floor_model(shape, world, device)
     steps = []
     try:
         whole = random_model(shape, device, DType.bfloat16, Backend.triton).model
@@ -113,7 +119,6 @@ def one_gpu_steps(shape: str, world: int, device: torch.device, timeline: bool =
     except LlamafastError as e:  # 70B: 138 GB
         print(f"TP=1: {e}")
     torch.cuda.empty_cache()
-    model.comm = NoComm()
     ms, t = timed_step(model, timeline=timeline)
     steps.append(_step("none (floor)", ms, timeline=t))
     return model, steps

@@ -2,8 +2,8 @@
 (backends.BackendOps.launches). On first use of a shape that no table holds, the kernels' launches are swept on
 this GPU (the quick list of tuning/sweep.py; the persistent step's, tuning/step.py), and the winners join the
 model's tables (under the committed entries, which stay authoritative for the Llama 2 shapes) and a file beside
-Triton's cache (tuning/cache.py), so the next run of the shape on this GPU tunes nothing. Returns data: llamafast.runtime tunes every model it
-readies, and the CLI says what ran (cli/common.py say_tuning, say_tuned).
+Triton's cache (tuning/cache.py), so the next run of the shape on this GPU tunes nothing. Returns data:
+llamafast.runtime tunes every model it readies, and the CLI says what ran (cli/common.py say_tuning, say_tuned).
 
     plan = prepare(model)  # loads the cached launches into the model's tables; what is left to tune, or None
     done = tune(plan)      # sweeps what is left, merges the winners into the model's tables and saves them

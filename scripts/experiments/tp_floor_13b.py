@@ -14,22 +14,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profile_tp import NoComm, show_timeline, timed_step  # noqa: E402
+from profile_tp import floor_model, show_timeline, timed_step  # noqa: E402
 
-from llamafast.config import Backend, DType  # noqa: E402
 from llamafast.kernels import gemv  # noqa: E402
 from llamafast.kernels.gemv import GemvConfig  # noqa: E402
-from llamafast.load import random_model  # noqa: E402
-from llamafast.load.shard import Shard  # noqa: E402
 
 SWIGLU = [(16, 256, 4), (16, 512, 8), (8, 512, 4), (2, 1024, 2), (4, 512, 2)]
 W2 = [(2, 512, 1), (4, 1024, 2), (2, 1024, 1), (8, 512, 4)]
-
-
-def floor(shape: str):
-    model = random_model(shape, torch.device("cuda"), DType.bfloat16, Backend.triton, shard=Shard(0, 2)).model
-    model.comm = NoComm()
-    return model
 
 
 def run(model, name: str, timeline: bool = False) -> float:
@@ -44,7 +35,7 @@ def main() -> None:
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     pdl = gemv.use_pdl
     for shape in ("llama-2-13b", "llama-2-7b"):
-        model = floor(shape)
+        model = floor_model(shape, 2, torch.device("cuda"))
         run(model, f"{shape} floor, committed", timeline=True)
         gemv.use_pdl = lambda w: False
         run(model, f"{shape} floor, no PDL", timeline=True)
