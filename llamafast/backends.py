@@ -62,9 +62,17 @@ REFERENCE_OPS = Ops(reference.rmsnorm_qkv_rope, reference.attention, reference.l
                     reference.linear_residual_t)
 
 
-def backend_ops(backend: Backend, launches: Launches | None = None) -> BackendOps:
-    """The ops of `backend`; the triton decode kernels read `launches` (default: fresh copies of the committed
-    tables)."""
+def committed_launches(gpu: str | None) -> Launches:
+    """Fresh copies of the committed launch tables, with kernels.ON_GPU's entries for the GPU model named `gpu`
+    over them."""
+    from llamafast import kernels
+
+    own = kernels.ON_GPU.get(gpu, {})
+    return {name: {**table, **own.get(name, {})} for name, table in kernels.COMMITTED.items()}
+
+
+def backend_ops(backend: Backend, launches: Launches | None = None, gpu: str | None = None) -> BackendOps:
+    """The ops of `backend`; the triton decode kernels read `launches` (default: committed_launches(gpu))."""
     if backend == Backend.reference:
         return BackendOps(backend, REFERENCE_OPS, REFERENCE_OPS, "eager")
     if backend == Backend.compile:
@@ -72,7 +80,7 @@ def backend_ops(backend: Backend, launches: Launches | None = None) -> BackendOp
     from llamafast import kernels  # imports Triton only when its backend is chosen
 
     if launches is None:
-        launches = {name: dict(table) for name, table in kernels.COMMITTED.items()}
+        launches = committed_launches(gpu)
 
     def bound(kernel, table: str):
         return functools.partial(kernel, configs=launches[table])
@@ -150,14 +158,15 @@ def build(
 ) -> Transformer:
     """A model on state's tensors for `backend`; weights is the layers' linear weight format, head the LM head's
     (default: the same); shard: this rank's part of a tensor-parallel model (load/shard.py); launches: the
-    tables its decode kernels read (default: copies of the committed ones); formats: weights stored in a format of
-    their own, by name (model.assemble)."""
+    tables its decode kernels read (default: copies of the committed ones, with the device's own: backend_ops);
+    formats: weights stored in a format of their own, by name (model.assemble)."""
     device = state["tok_embeddings.weight"].device
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     e4m3 = WeightFormat.fp8_e4m3 in (weights, head)
-    if backend.fused and e4m3 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
-        name = torch.cuda.get_device_name(device)
-        raise LlamafastError(f"E4M3 weights need compute capability 8.9 or newer (Ada, Hopper); {name} lacks it")
-    return assemble(config, state, backend_ops(backend, launches), weights, head or weights, layout, shard, formats)
+    if backend.fused and e4m3 and gpu is not None and torch.cuda.get_device_capability(device) < (8, 9):
+        raise LlamafastError(f"E4M3 weights need compute capability 8.9 or newer (Ada, Hopper); {gpu} lacks it")
+    ops = backend_ops(backend, launches, gpu)
+    return assemble(config, state, ops, weights, head or weights, layout, shard, formats)
 
 
 def with_backend(model: Transformer, backend: Backend) -> Transformer:

@@ -124,6 +124,23 @@ def test_a_models_launches_are_its_own():
     assert other.backend.launches == committed
 
 
+def test_a_gpu_models_own_entries_go_over_the_committed_ones_on_it_alone():
+    """kernels.ON_GPU's entries replace the committed ones in the copies a model on that GPU model reads; other
+    GPUs (and the CPU) read the committed tables; the committed tables themselves stay as they are."""
+    from llamafast.backends import committed_launches
+    from llamafast.kernels import ON_GPU
+
+    before = {name: dict(table) for name, table in TABLES.items()}
+    assert committed_launches(None) == committed_launches("NVIDIA H100 80GB HBM3") == before
+    for gpu, own in ON_GPU.items():
+        tables = committed_launches(gpu)
+        for name, table in tables.items():
+            assert table == {**before[name], **own.get(name, {})}
+        assert any(before[name].get(key) != launch for name, t in own.items() for key, launch in t.items())
+        tables["rmsnorm_swiglu"].clear()
+    assert {name: dict(table) for name, table in TABLES.items()} == before
+
+
 def test_committed_entries_are_never_overridden_and_known_keys_not_tuned():
     model = odd_model()
     tables = model.backend.launches

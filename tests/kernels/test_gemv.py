@@ -13,6 +13,7 @@ from llamafast.kernels import linear_residual, rmsnorm_lm_head, rmsnorm_swiglu
 from llamafast.measure.registry import REGISTRY
 from llamafast.quant import FP8Format
 
+from llamafast.kernels import ON_GPU
 from llamafast.kernels.gemv import gemv_key
 from llamafast.kernels.linear_residual import CONFIGS as RESIDUAL_CONFIGS
 from llamafast.kernels.rmsnorm_swiglu import CONFIGS as SWIGLU_CONFIGS
@@ -76,20 +77,27 @@ def test_k_quants_in_a_partial_tile(fmt):
     torch.testing.assert_close(got, reference(x, w, res), **tolerance(torch.float32))
 
 
-# Every committed launch of float weights, at its own shape: (registry kernel, key) where the registry kernel's
-# inputs take the key's (N, K) as (F, C) or (C, F); the tensor-parallel shards' shapes are among them.
-COMMITTED = [pytest.param(name, key, id=f"{name}-{key[0]}x{key[1]}x{key[2]}", marks=pytest.mark.gpu)
-             for name, table in (("rmsnorm_swiglu", SWIGLU_CONFIGS), ("linear_residual[w2]", RESIDUAL_CONFIGS))
-             for key in table if len(key) == 3 and isinstance(key[2], int)]
+# Every committed launch of float weights, at its own shape, a GPU model's own too (kernels.ON_GPU): (registry
+# kernel, key, launch) where the registry kernel's inputs take the key's (N, K) as (F, C) or (C, F); the
+# tensor-parallel shards' shapes are among them.
+COMMITTED = [pytest.param(name, key, launch, id=f"{name}-{key[0]}x{key[1]}x{key[2]}{gpu}", marks=pytest.mark.gpu)
+             for gpu, tables in (("", {"rmsnorm_swiglu": SWIGLU_CONFIGS, "linear_residual": RESIDUAL_CONFIGS}),
+                                 *((f"-{g.split()[-1]}", t) for g, t in ON_GPU.items()))
+             for name, table in (("rmsnorm_swiglu", tables.get("rmsnorm_swiglu", {})),
+                                 ("linear_residual[w2]", tables.get("linear_residual", {})))
+             for key, launch in table.items() if len(key) == 3 and isinstance(key[2], int)]
 
 
-@pytest.mark.parametrize("name,key", COMMITTED)
-def test_committed_launches_match_reference(name, key):
+@pytest.mark.parametrize("name,key,launch", COMMITTED)
+def test_committed_launches_match_reference(name, key, launch):
     """Each launch a table commits, run at its own shape, matches the reference."""
     n, k, size = key
     dim, hidden = (k, n) if name == "rmsnorm_swiglu" else (n, k)
     config = ModelConfig(dim=dim, n_layers=1, n_heads=dim // 128, hidden_dim=hidden, vocab_size=256)
-    assert_matches_reference(REGISTRY[name], config, torch.bfloat16, None if size == 2 else FP8Format.e5m2)
+    spec = REGISTRY[name]
+    args, kw = spec.make_inputs(config, torch.bfloat16, DEVICE, 1, None if size == 2 else FP8Format.e5m2)
+    got = spec.kernel(*args, **kw, configs={key: launch})
+    torch.testing.assert_close(got, spec.reference(*args, **kw), **tolerance(torch.bfloat16))
 
 
 def test_every_registry_kernel_is_tested():

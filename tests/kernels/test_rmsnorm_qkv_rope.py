@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llamafast.config import MODEL_CONFIGS, ModelConfig, Weight, WeightFormat
+from llamafast.config import MODEL_CONFIGS, FP8Format, ModelConfig, Weight, WeightFormat
+from llamafast.kernels import ON_GPU
 from llamafast.measure.registry import REGISTRY, weight
 
 from llamafast.kernels.gemv import gemv_key
@@ -66,6 +67,20 @@ def test_own_int8_matches_reference(config, fmt, v_fmt):
     _, own = launches(w)
     check_against_reference(config, torch.float32, 7, None, (x, g, w, cos, sin, pos, k_cache, v_cache, eps),
                             {"configs": {gemv_key(w): own}})
+
+
+# A GPU model's own launches (kernels.ON_GPU) at their shapes: the committed table's are swept at 7B on the GPU.
+OWN = [pytest.param(key, launch, id=f"{gpu.split()[-1]}-{key[0]}x{key[1]}x{key[2]}", marks=pytest.mark.gpu)
+       for gpu, tables in ON_GPU.items() for key, launch in tables.get("rmsnorm_qkv_rope", {}).items()]
+
+
+@pytest.mark.parametrize("key,launch", OWN)
+def test_a_gpus_own_launches_match_reference(key, launch):
+    n, c, size = key
+    config = ModelConfig(dim=c, n_layers=1, n_heads=c // 128, n_kv_heads=(n - c) // 256, vocab_size=256,
+                         hidden_dim=4 * c, max_seq_len=64)
+    check_against_reference(config, torch.bfloat16, 7, None if size == 2 else FP8Format.e5m2,
+                            launch={"configs": {key: launch}})
 
 
 def check_against_reference(config, dtype, context, fp8, inputs=None, launch=None):

@@ -1,0 +1,113 @@
+"""The per-op decode graph's GEMV launches chosen by the whole step on this GPU, not by each kernel timed alone.
+
+The committed 7B launches won sweeps of each kernel alone on an H100 (scripts/results/tune_7b*.txt). Under
+programmatic dependent launch a kernel's launch also sets how it overlaps its neighbours, and a faster memory
+shifts the balance between a tile's bytes and its fixed costs, so this walks each GEMV's quick list (the launches
+that won some Llama 2 sweep, tuning.sweep.gemv_candidates) one kernel at a time, keeping a launch only where the
+whole graphed step (profile_tp.timed_step) runs faster by more than the noise. Then the committed and the chosen
+tables are timed in turn, three times each. Random weights; from the repository root, on one GPU:
+
+    python scripts/experiments/step_launches.py --shape llama-2-7b --weights bf16 fp8_e5m2 [--grids full quick]
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from profile_tp import timed_step  # noqa: E402
+
+from llamafast.config import Backend, DType, FP8Format  # noqa: E402
+from llamafast.kernels.gemv import gemv_key  # noqa: E402
+from llamafast.load import random_model  # noqa: E402
+from llamafast.tuning.sweep import gemv_candidates  # noqa: E402
+
+NOISE = 0.002  # a launch is kept where the step gains more than 0.2%: repeated steps differ by about 0.1%
+
+
+def jobs(model, quick: bool = True):
+    """(table, key, candidates) per GEMV, the largest first; 1-byte weights take the FP8 list; quick: the quick
+    list, else the full grid."""
+    layer = model.layers[0]
+    ffn, att = layer.feed_forward, layer.attention
+    weights = [("rmsnorm_swiglu", ffn.w1.w), ("linear_residual", ffn.w2.w), ("rmsnorm_qkv_rope", att.qkv),
+               ("linear_residual", att.wo.w), ("rmsnorm_lm_head", model.output.w)]
+    return [(table, gemv_key(w), gemv_candidates(table == "rmsnorm_swiglu", gemv_key(w)[-1] == 1, quick))
+            for table, w in weights]
+
+
+def put(tables, table: str, key: tuple, launch) -> None:
+    """The launch into the model's table (None: the kernel's default for the shape again)."""
+    if launch is None:
+        tables[table].pop(key, None)
+    else:
+        tables[table][key] = launch
+
+
+def timed(model, steps: int, name: str) -> float:
+    try:
+        ms = timed_step(model, steps)[0]
+    except Exception as e:  # noqa: BLE001 (a launch the compiler rejects)
+        print(f"  {name:52} failed: {type(e).__name__}", flush=True)
+        return float("inf")
+    print(f"  {name:52} {ms:7.4f} ms/token", flush=True)
+    return ms
+
+
+def descend(model, steps: int, grids: list[bool]) -> dict:
+    """Each GEMV's launch chosen by the whole step, one kernel at a time, a pass per grid (True: the quick list);
+    returns {(table, key): launch} changed."""
+    tables, chosen = model.backend.launches, {}
+    best = timed(model, steps, "committed")
+    for table, key, candidates in (job for quick in grids for job in jobs(model, quick)):
+        current = tables[table].get(key)
+        for launch in candidates:
+            if launch == current:
+                continue
+            put(tables, table, key, launch)
+            ms = timed(model, steps, f"{table} {key}: {launch.block_n}x{launch.block_k}, {launch.num_warps} warps")
+            if ms < best * (1 - NOISE):
+                best, current, chosen[(table, key)] = ms, launch, launch
+        put(tables, table, key, current)
+    return chosen
+
+
+def confirm(model, chosen: dict, committed: dict, steps: int) -> None:
+    """The committed and chosen tables in turn, three times each."""
+    tables = model.backend.launches
+    for _ in range(3):
+        for name, pick in (("committed", committed), ("chosen", chosen)):
+            for (table, key), launch in pick.items():
+                put(tables, table, key, launch)
+            timed(model, steps, name)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--shape", default="llama-2-7b")
+    p.add_argument("--weights", nargs="+", default=["bf16", "fp8_e5m2"])
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--grids", nargs="+", choices=["quick", "full"], default=["quick"], help="a pass per grid")
+    a = p.parse_args()
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    for weights in a.weights:
+        t0 = time.perf_counter()
+        fp8 = FP8Format(weights.removeprefix("fp8_")) if weights.startswith("fp8_") else None
+        model = random_model(a.shape, torch.device("cuda"), DType.bfloat16, Backend.triton, fp8=fp8).model
+        print(f"{a.shape} {weights}", flush=True)
+        tables = model.backend.launches
+        before = {(t, k): tables[t].get(k) for t, k, _ in jobs(model)}
+        chosen = descend(model, a.steps, [g == "quick" for g in a.grids])
+        print(f"chosen: {chosen or 'the committed launches'}", flush=True)
+        if chosen:
+            confirm(model, chosen, {tk: before[tk] for tk in chosen}, a.steps)
+        print(f"{weights}: {time.perf_counter() - t0:.0f} s", flush=True)
+        del model
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
