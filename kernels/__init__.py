@@ -21,6 +21,7 @@ from .prefill.prefill_linear import prefill_linear_residual, prefill_lm_head
 from .prefill.prefill_qkv_rope import prefill_qkv_rope
 from .prefill.prefill_swiglu import prefill_swiglu
 from .rmsnorm_lm_head import CONFIGS as _LM_HEAD
+from .rmsnorm_lm_head import H200 as _LM_HEAD_H200
 from .rmsnorm_lm_head import rmsnorm_lm_head
 from .rmsnorm_qkv_rope import CONFIGS as _QKV
 from .rmsnorm_qkv_rope import H200 as _QKV_H200
@@ -39,11 +40,13 @@ COMMITTED = {
 # launches won each kernel timed alone on an H100; under programmatic dependent launch a launch also sets how a
 # kernel overlaps its neighbours, and an H200's faster memory shifts a tile's balance of bytes and fixed costs.
 # These were chosen by the whole graphed 7B step on an H200, one kernel at a time over the full grid, then the quick
-# list again: 3.631 -> 3.423 ms/token in bf16, 2.357 -> 2.318 in FP8 E5M2 (qkv alone), the committed and chosen
-# tables timed in turn three times each (scripts/experiments/step_launches_h200.txt).
+# list again, the committed and chosen tables then timed in turn three times each: 3.631 -> 3.423 ms/token in bf16
+# (scripts/experiments/step_launches_h200.txt); in FP8 E5M2 2.357 -> 2.318 (qkv's launch alone), then with every
+# FP8 GEMV under programmatic dependent launch (GemvConfig.pdl), which on the committed launches lost (2.317 ->
+# 2.401), 2.317 -> 2.190 with gate and up's and w2's launches chosen under it (step_launches_h200_pdl.txt).
 ON_GPU = {
     "NVIDIA H200": {"rmsnorm_qkv_rope": _QKV_H200, "linear_residual": _LINEAR_RESIDUAL_H200,
-                    "rmsnorm_swiglu": _SWIGLU_H200},
+                    "rmsnorm_swiglu": _SWIGLU_H200, "rmsnorm_lm_head": _LM_HEAD_H200},
 }
 
 __all__ = [

@@ -168,6 +168,9 @@ class GemvConfig:
     # reading them from a quantize pass launched before it (quantize_activation.gemv_input). It trades that launch
     # for ALU in every program; tuning chooses per shape (tuning/sweep.sweep).
     own_int8: bool = False
+    # Launched under programmatic dependent launch even where use_pdl leaves the weights without it (FP8): set
+    # where the whole step chose it with this launch (kernels.ON_GPU).
+    pdl: bool = False
 
 
 def gemv_config(table: dict[tuple, GemvConfig], w: torch.Tensor | Weight, summed: bool = False) -> GemvConfig:
@@ -200,13 +203,13 @@ def gemv_key(w: torch.Tensor | Weight) -> tuple:
 
 def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: bool = False) -> dict:
     """The meta-parameters and launch options every GEMV kernel takes, for weight w; pdl: the kernel takes PDL and
-    may be launched with it (the dense decode kernels, when use_pdl)."""
+    may be launched with it (the dense decode kernels, when use_pdl or cfg.pdl)."""
     args = {
         "BLOCK_N": block_n or cfg.block_n, "BLOCK_K": cfg.block_k, "EVEN_K": w.shape[1] % cfg.block_k == 0,
         "W_FP8": w_fp8(w), "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
     }
     if pdl:
-        on = use_pdl(w)
+        on = use_pdl(w) or (cfg.pdl and pdl_capable(w.data.device))
         args.update(PDL=on, launch_pdl=on)
     return args
 
@@ -219,5 +222,7 @@ def use_pdl(w: Weight) -> bool:
     345.6/346.1 -> 344.0/343.8 (-0.6%) on the H100, -3.7% on the H200 (an FP8 tile is half the bytes read ahead of
     the wait), so FP8 goes without; int8 activations, one process alternating (scripts/experiments/pdl_ab_int8.txt):
     Q8_0 322.6 -> 346.0, Q4_0 470.2 -> 511.5, Q4_1 435.0 -> 458.6 on the H100. The K-quants' float loop has no
-    first tile read ahead: waiting first lost 2-4% (pdl_ab_kquants.txt), so they go without."""
+    first tile read ahead: waiting first lost 2-4% (pdl_ab_kquants.txt), so they go without. A launch may take it
+    where this does not (GemvConfig.pdl): on an H200, 7B's FP8 GEMVs do, with launches the whole step chose under it
+    (kernels.ON_GPU)."""
     return (w.fmt == WeightFormat.float or w.int8_activations) and pdl_capable(w.data.device)

@@ -27,6 +27,10 @@ CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
     (16000, 5120, 2): GemvConfig(block_n=8, block_k=512, num_warps=2),  # 41.8 us
     (16000, 8192, 2): GemvConfig(block_n=8, block_k=512, num_warps=2),  # 63.9 us, 70B
 }
+# An H200's own launches, chosen by the whole 7B step (kernels.ON_GPU says how, and what they measured).
+H200: dict[tuple, GemvConfig] = {
+    (32000, 4096, 1): GemvConfig(block_n=32, block_k=256, num_warps=8, pdl=True),
+}
 
 
 @triton.jit

@@ -41,7 +41,7 @@ CONFIGS: dict[tuple, GemvConfig] = {
 # An H200's own launches, chosen by the whole 7B step (kernels.ON_GPU says how, and what they measured).
 H200: dict[tuple, GemvConfig] = {
     (12288, 4096, 2): GemvConfig(block_n=8, block_k=256, num_warps=2),
-    (12288, 4096, 1): GemvConfig(block_n=32, block_k=256, num_warps=8),
+    (12288, 4096, 1): GemvConfig(block_n=32, block_k=256, num_warps=8, pdl=True),
 }
 
 

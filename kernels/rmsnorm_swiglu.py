@@ -43,6 +43,7 @@ CONFIGS: dict[tuple, GemvConfig] = {
 # An H200's own launches, chosen by the whole 7B step (kernels.ON_GPU says how, and what they measured).
 H200: dict[tuple, GemvConfig] = {
     (11008, 4096, 2): GemvConfig(block_n=2, block_k=1024, num_warps=2),
+    (11008, 4096, 1): GemvConfig(block_n=4, block_k=512, num_warps=2, pdl=True),
 }
 
 

@@ -142,17 +142,20 @@ def _check_step(key: tuple, launch: StepConfig) -> None:
 
 def _check(table: str, key: tuple, launch: Launch) -> None:
     """What a launch needs to compile: positive integers, blocks and warps powers of two; keys of the right
-    length, a GEMV key's last a byte count or a block format's name; own_int8 a bool, true for block weights only."""
+    length, a GEMV key's last a byte count or a block format's name; own_int8 a bool, true for block weights only;
+    pdl a bool."""
     if table == "decode_step":
         return _check_step(key, launch)
     block = table != "decode_attention" and len(key) == 3 and key[2] in BLOCK_FORMATS
     fields = asdict(launch)
-    own_int8 = fields.pop("own_int8", False)
+    own_int8, pdl = fields.pop("own_int8", False), fields.pop("pdl", False)
     values = (*(key[:2] if block else key), *fields.values())
     if len(key) != (2 if table == "decode_attention" else 3) or not all(type(v) is int and v > 0 for v in values):
         raise ValueError(f"bad entry {table} {list(key)}: {asdict(launch)}")
     if type(own_int8) is not bool or (own_int8 and not block):
         raise ValueError(f"bad entry {table} {list(key)}: own_int8 {own_int8!r}")
+    if type(pdl) is not bool:
+        raise ValueError(f"bad entry {table} {list(key)}: pdl {pdl!r}")
     for name, v in fields.items():
         if (name.startswith("block_") or name == "num_warps") and v & (v - 1):
             raise ValueError(f"bad entry {table} {list(key)}: {name} {v} is not a power of two")

@@ -2,12 +2,17 @@
 
 The committed 7B launches won sweeps of each kernel alone on an H100 (scripts/results/tune_7b*.txt). Under
 programmatic dependent launch a kernel's launch also sets how it overlaps its neighbours, and a faster memory
-shifts the balance between a tile's bytes and its fixed costs, so this walks each GEMV's quick list (the launches
-that won some Llama 2 sweep, tuning.sweep.gemv_candidates) one kernel at a time, keeping a launch only where the
-whole graphed step (profile_tp.timed_step) runs faster by more than the noise. Then the committed and the chosen
-tables are timed in turn, three times each. Random weights; from the repository root, on one GPU:
+shifts the balance between a tile's bytes and its fixed costs, so this walks each GEMV's launches one kernel at a
+time, a pass per grid (quick: the launches that won some Llama 2 sweep; full: tuning.sweep.gemv_candidates' whole
+grid), keeping a launch only where the whole graphed step (profile_tp.timed_step) runs faster by more than the
+noise. Then the committed and the chosen tables are timed in turn, three times each. --pdl: FP8 GEMVs under
+programmatic dependent launch too (gemv.use_pdl leaves them without), in the descent, and the chosen tables under
+it beside the committed ones without it. --ab: no descent; the tables a model on this GPU reads (kernels.ON_GPU's
+entries over the committed ones) against the committed ones alone, in turn, three times each. Random weights; from
+the repository root, on one GPU:
 
     python scripts/experiments/step_launches.py --shape llama-2-7b --weights bf16 fp8_e5m2 [--grids full quick]
+    python scripts/experiments/step_launches.py --shape llama-2-7b --weights bf16 fp8_e5m2 fp8_e4m3 --ab
 """
 import argparse
 import sys
@@ -20,7 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from profile_tp import timed_step  # noqa: E402
 
+from llamafast.backends import committed_launches  # noqa: E402
 from llamafast.config import Backend, DType, FP8Format  # noqa: E402
+from llamafast.kernels import gemv  # noqa: E402
+from llamafast.kernels._common import pdl_capable  # noqa: E402
 from llamafast.kernels.gemv import gemv_key  # noqa: E402
 from llamafast.load import random_model  # noqa: E402
 from llamafast.tuning.sweep import gemv_candidates  # noqa: E402
@@ -75,14 +83,42 @@ def descend(model, steps: int, grids: list[bool]) -> dict:
     return chosen
 
 
-def confirm(model, chosen: dict, committed: dict, steps: int) -> None:
-    """The committed and chosen tables in turn, three times each."""
+def confirm(model, chosen: dict, committed: dict, steps: int, pdl: bool) -> None:
+    """The committed and chosen tables in turn, three times each (pdl: the chosen ones under it, the committed
+    ones as gemv.use_pdl has them)."""
     tables = model.backend.launches
     for _ in range(3):
         for name, pick in (("committed", committed), ("chosen", chosen)):
             for (table, key), launch in pick.items():
                 put(tables, table, key, launch)
+            with pdl_everywhere(pdl and name == "chosen"):
+                timed(model, steps, name)
+
+
+def ab(model, steps: int) -> None:
+    """This GPU's tables against the committed ones alone (what any other GPU reads), in turn, three times each."""
+    tables = model.backend.launches
+    own = {name: dict(table) for name, table in tables.items()}
+    for _ in range(3):
+        for name, pick in (("committed alone", committed_launches(None)), ("this GPU's", own)):
+            for table, entries in pick.items():
+                tables[table].clear()
+                tables[table].update(entries)
             timed(model, steps, name)
+
+
+class pdl_everywhere:
+    """gemv.use_pdl true for every weight PDL can take (on: else as it is)."""
+
+    def __init__(self, on: bool):
+        self.on, self.was = on, gemv.use_pdl
+
+    def __enter__(self):
+        if self.on:
+            gemv.use_pdl = lambda w: pdl_capable(w.data.device)
+
+    def __exit__(self, *exc):
+        gemv.use_pdl = self.was
 
 
 def main() -> None:
@@ -91,6 +127,8 @@ def main() -> None:
     p.add_argument("--weights", nargs="+", default=["bf16", "fp8_e5m2"])
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--grids", nargs="+", choices=["quick", "full"], default=["quick"], help="a pass per grid")
+    p.add_argument("--pdl", action="store_true", help="FP8 GEMVs under programmatic dependent launch too")
+    p.add_argument("--ab", action="store_true", help="this GPU's tables against the committed ones alone")
     a = p.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for weights in a.weights:
@@ -98,12 +136,20 @@ def main() -> None:
         fp8 = FP8Format(weights.removeprefix("fp8_")) if weights.startswith("fp8_") else None
         model = random_model(a.shape, torch.device("cuda"), DType.bfloat16, Backend.triton, fp8=fp8).model
         print(f"{a.shape} {weights}", flush=True)
+        if a.ab:
+            ab(model, a.steps)
+            del model
+            torch.cuda.empty_cache()
+            continue
         tables = model.backend.launches
         before = {(t, k): tables[t].get(k) for t, k, _ in jobs(model)}
-        chosen = descend(model, a.steps, [g == "quick" for g in a.grids])
-        print(f"chosen: {chosen or 'the committed launches'}", flush=True)
-        if chosen:
-            confirm(model, chosen, {tk: before[tk] for tk in chosen}, a.steps)
+        if a.pdl:
+            timed(model, a.steps, "committed, no PDL")
+        with pdl_everywhere(a.pdl):
+            chosen = descend(model, a.steps, [g == "quick" for g in a.grids])
+        print(f"chosen{' under PDL' if a.pdl else ''}: {chosen or 'the committed launches'}", flush=True)
+        if chosen or a.pdl:
+            confirm(model, chosen, {tk: before[tk] for tk in chosen}, a.steps, a.pdl)
         print(f"{weights}: {time.perf_counter() - t0:.0f} s", flush=True)
         del model
         torch.cuda.empty_cache()

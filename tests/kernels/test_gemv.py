@@ -16,6 +16,7 @@ from llamafast.quant import FP8Format
 from llamafast.kernels import ON_GPU
 from llamafast.kernels.gemv import gemv_key
 from llamafast.kernels.linear_residual import CONFIGS as RESIDUAL_CONFIGS
+from llamafast.kernels.rmsnorm_lm_head import CONFIGS as LM_HEAD_CONFIGS
 from llamafast.kernels.rmsnorm_swiglu import CONFIGS as SWIGLU_CONFIGS
 
 from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, K_QUANTS, SHAPES, launches, tolerance
@@ -78,22 +79,22 @@ def test_k_quants_in_a_partial_tile(fmt):
 
 
 # Every committed launch of float weights, at its own shape, a GPU model's own too (kernels.ON_GPU): (registry
-# kernel, key, launch) where the registry kernel's inputs take the key's (N, K) as (F, C) or (C, F); the
+# kernel, key, launch) where the registry kernel's inputs take the key's (N, K) as (F, C), (C, F) or (V, C); the
 # tensor-parallel shards' shapes are among them.
+TABLES = {"rmsnorm_swiglu": SWIGLU_CONFIGS, "linear_residual": RESIDUAL_CONFIGS, "rmsnorm_lm_head": LM_HEAD_CONFIGS}
 COMMITTED = [pytest.param(name, key, launch, id=f"{name}-{key[0]}x{key[1]}x{key[2]}{gpu}", marks=pytest.mark.gpu)
-             for gpu, tables in (("", {"rmsnorm_swiglu": SWIGLU_CONFIGS, "linear_residual": RESIDUAL_CONFIGS}),
-                                 *((f"-{g.split()[-1]}", t) for g, t in ON_GPU.items()))
-             for name, table in (("rmsnorm_swiglu", tables.get("rmsnorm_swiglu", {})),
-                                 ("linear_residual[w2]", tables.get("linear_residual", {})))
-             for key, launch in table.items() if len(key) == 3 and isinstance(key[2], int)]
+             for gpu, tables in (("", TABLES), *((f"-{g.split()[-1]}", t) for g, t in ON_GPU.items()))
+             for name in ("rmsnorm_swiglu", "linear_residual[w2]", "rmsnorm_lm_head")
+             for key, launch in tables.get(name.partition("[")[0], {}).items()
+             if len(key) == 3 and isinstance(key[2], int)]
 
 
 @pytest.mark.parametrize("name,key,launch", COMMITTED)
 def test_committed_launches_match_reference(name, key, launch):
     """Each launch a table commits, run at its own shape, matches the reference."""
     n, k, size = key
-    dim, hidden = (k, n) if name == "rmsnorm_swiglu" else (n, k)
-    config = ModelConfig(dim=dim, n_layers=1, n_heads=dim // 128, hidden_dim=hidden, vocab_size=256)
+    dim, hidden, vocab = {"rmsnorm_swiglu": (k, n, 256), "rmsnorm_lm_head": (k, 4 * k, n)}.get(name, (n, k, 256))
+    config = ModelConfig(dim=dim, n_layers=1, n_heads=dim // 128, hidden_dim=hidden, vocab_size=vocab)
     spec = REGISTRY[name]
     args, kw = spec.make_inputs(config, torch.bfloat16, DEVICE, 1, None if size == 2 else FP8Format.e5m2)
     got = spec.kernel(*args, **kw, configs={key: launch})
@@ -104,3 +105,19 @@ def test_every_registry_kernel_is_tested():
     """A kernel added to the registry lands here, or in a module of its own named in ELSEWHERE."""
     assert GEMVS == ["linear_residual[wo]", "rmsnorm_swiglu", "linear_residual[w2]", "rmsnorm_lm_head"]
     assert set(REGISTRY) == set(GEMVS) | ELSEWHERE
+
+
+def test_a_launch_takes_pdl_where_its_weights_would_not(monkeypatch):
+    """GemvConfig.pdl launches FP8 weights under programmatic dependent launch, which gemv.use_pdl leaves them
+    without; float weights take it either way; a GPU without it (here: the CPU, unpatched) never does."""
+    from llamafast.kernels import gemv
+    from llamafast.kernels.gemv import GemvConfig, launch_args
+    from llamafast.measure.registry import weight
+
+    fp8, bf16 = weight(64, 64, torch.float32, DEVICE, FP8Format.e5m2), weight(64, 64, torch.float32, DEVICE, None)
+    plain, chosen = GemvConfig(2, 64, 1), GemvConfig(2, 64, 1, pdl=True)
+    assert not launch_args(chosen, fp8, pdl=True)["launch_pdl"]
+    monkeypatch.setattr(gemv, "pdl_capable", lambda device: True)
+    pdl = {(cfg, w is fp8): launch_args(cfg, w, pdl=True)["PDL"] for cfg in (plain, chosen) for w in (fp8, bf16)}
+    assert pdl == {(plain, True): False, (chosen, True): True, (plain, False): True, (chosen, False): True}
+    assert "PDL" not in launch_args(chosen, fp8)  # a kernel that takes no PDL
