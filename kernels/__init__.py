@@ -41,7 +41,7 @@ COMMITTED = {
 # kernel overlaps its neighbours, and an H200's faster memory shifts a tile's balance of bytes and fixed costs.
 # These were chosen by the whole graphed 7B step on an H200, one kernel at a time over the full grid, then the quick
 # list again, the committed and chosen tables then timed in turn three times each: 3.631 -> 3.423 ms/token in bf16
-# (scripts/experiments/step_launches_h200.txt); in FP8 E5M2 2.357 -> 2.318 (qkv's launch alone), then with every
+# (scripts/experiments/step_launches_h200.txt); in FP8 E5M2 2.358 -> 2.318 (qkv's launch alone), then with every
 # FP8 GEMV under programmatic dependent launch (GemvConfig.pdl), which on the committed launches lost (2.317 ->
 # 2.401), 2.317 -> 2.190 with gate and up's and w2's launches chosen under it (step_launches_h200_pdl.txt).
 ON_GPU = {
