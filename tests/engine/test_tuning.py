@@ -131,7 +131,8 @@ def test_a_gpu_models_own_entries_go_over_the_committed_ones_on_it_alone():
     from llamafast.kernels import ON_GPU
 
     before = {name: dict(table) for name, table in TABLES.items()}
-    assert committed_launches(None) == committed_launches("NVIDIA H100 80GB HBM3") == before
+    assert "NVIDIA RTX 9999" not in ON_GPU
+    assert committed_launches(None) == committed_launches("NVIDIA RTX 9999") == before
     for gpu, own in ON_GPU.items():
         tables = committed_launches(gpu)
         for name, table in tables.items():
