@@ -29,22 +29,22 @@ from llamafast.backends import committed_launches  # noqa: E402
 from llamafast.config import Backend, DType, FP8Format  # noqa: E402
 from llamafast.kernels import gemv  # noqa: E402
 from llamafast.kernels._common import pdl_capable  # noqa: E402
-from llamafast.kernels.gemv import gemv_key  # noqa: E402
 from llamafast.load import random_model  # noqa: E402
+from llamafast.tuning import model_jobs  # noqa: E402
 from llamafast.tuning.sweep import gemv_candidates  # noqa: E402
 
 NOISE = 0.002  # a launch is kept where the step gains more than 0.2%: repeated steps differ by about 0.1%
 
 
+# The walk's order: the GEMVs that read the most bytes first.
+ORDER = ["rmsnorm_swiglu", "linear_residual[w2]", "rmsnorm_qkv_rope", "linear_residual[wo]", "rmsnorm_lm_head"]
+
+
 def jobs(model, quick: bool = True):
-    """(table, key, candidates) per GEMV, the largest first; 1-byte weights take the FP8 list; quick: the quick
-    list, else the full grid."""
-    layer = model.layers[0]
-    ffn, att = layer.feed_forward, layer.attention
-    weights = [("rmsnorm_swiglu", ffn.w1.w), ("linear_residual", ffn.w2.w), ("rmsnorm_qkv_rope", att.qkv),
-               ("linear_residual", att.wo.w), ("rmsnorm_lm_head", model.output.w)]
-    return [(table, gemv_key(w), gemv_candidates(table == "rmsnorm_swiglu", gemv_key(w)[-1] == 1, quick))
-            for table, w in weights]
+    """(table, key, candidates) per GEMV that tuning.model_jobs finds, in ORDER; FP8 and block weights take the
+    1-byte list, as tuning's sweep gives them; quick: the quick list, else the full grid."""
+    gemvs = sorted((j for j in model_jobs(model) if j.kernel in ORDER), key=lambda j: ORDER.index(j.kernel))
+    return [(j.table, j.key, gemv_candidates(j.kernel == "rmsnorm_swiglu", j.fp8 is not None, quick)) for j in gemvs]
 
 
 def put(tables, table: str, key: tuple, launch) -> None:

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from llamafast import tuning
-from llamafast.backends import build, with_backend
+from llamafast.backends import build, committed_launches, with_backend
 from llamafast.cli.common import say_tuned, say_tuning
 from llamafast.config import Backend, FP8Format, WeightFormat
+from llamafast.kernels import ON_GPU
 from llamafast.kernels.decode_attention import default_config
 from llamafast.kernels.decode_step_plan import StepConfig
 from llamafast.kernels.gemv import GemvConfig, gemv_config
@@ -127,9 +128,6 @@ def test_a_models_launches_are_its_own():
 def test_a_gpu_models_own_entries_go_over_the_committed_ones_on_it_alone():
     """kernels.ON_GPU's entries replace the committed ones in the copies a model on that GPU model reads; other
     GPUs (and the CPU) read the committed tables; the committed tables themselves stay as they are."""
-    from llamafast.backends import committed_launches
-    from llamafast.kernels import ON_GPU
-
     before = {name: dict(table) for name, table in TABLES.items()}
     assert "NVIDIA RTX 9999" not in ON_GPU
     assert committed_launches(None) == committed_launches("NVIDIA RTX 9999") == before

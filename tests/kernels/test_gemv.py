@@ -9,12 +9,11 @@ import pytest
 import torch
 
 from llamafast.config import ModelConfig
-from llamafast.kernels import linear_residual, rmsnorm_lm_head, rmsnorm_swiglu
+from llamafast.kernels import ON_GPU, linear_residual, rmsnorm_lm_head, rmsnorm_swiglu
 from llamafast.measure.registry import REGISTRY
 from llamafast.quant import FP8Format
 
-from llamafast.kernels import ON_GPU
-from llamafast.kernels.gemv import gemv_key
+from llamafast.kernels.gemv import GemvConfig, gemv_key, launch_args
 from llamafast.kernels.linear_residual import CONFIGS as RESIDUAL_CONFIGS
 from llamafast.kernels.rmsnorm_lm_head import CONFIGS as LM_HEAD_CONFIGS
 from llamafast.kernels.rmsnorm_swiglu import CONFIGS as SWIGLU_CONFIGS
@@ -66,8 +65,6 @@ def test_own_int8_equals_the_quantize_pass(config, fmt, name):
 @pytest.mark.parametrize("fmt", K_QUANTS, ids=str)
 def test_k_quants_in_a_partial_tile(fmt):
     """K = 768 in 512-wide tiles: the second tile's last 256 weights, 8 blocks and a super-block, are masked."""
-    from llamafast.kernels.gemv import GemvConfig, gemv_key
-
     from llamafast.measure.registry import rand, weight
     from llamafast.reference import linear_residual as reference
 
@@ -111,7 +108,6 @@ def test_a_launch_takes_pdl_where_its_weights_would_not(monkeypatch):
     """GemvConfig.pdl launches FP8 weights under programmatic dependent launch, which gemv.use_pdl leaves them
     without; float weights take it either way; a GPU without it (here: the CPU, unpatched) never does."""
     from llamafast.kernels import gemv
-    from llamafast.kernels.gemv import GemvConfig, launch_args
     from llamafast.measure.registry import weight
 
     fp8, bf16 = weight(64, 64, torch.float32, DEVICE, FP8Format.e5m2), weight(64, 64, torch.float32, DEVICE, None)
