@@ -44,6 +44,8 @@ COMMITTED = {
 # (scripts/experiments/step_launches_h200.txt); in FP8 E5M2 2.358 -> 2.318 (qkv's launch alone), then with every
 # FP8 GEMV under programmatic dependent launch (GemvConfig.pdl), which on the committed launches lost (2.317 ->
 # 2.401), 2.317 -> 2.190 with gate and up's and w2's launches chosen under it (step_launches_h200_pdl.txt).
+# The TP=2 shards' entries come from the same walk over rank 0's 7B and 13B shards with no communication (their
+# floor): 1.958 -> 1.877 and 3.552 -> 3.421 ms/token (step_launches_tp2_h200.txt, step_launches_13b_tp2_h200.txt).
 ON_GPU = {
     "NVIDIA H200": {"rmsnorm_qkv_rope": _QKV_H200, "linear_residual": _LINEAR_RESIDUAL_H200,
                     "rmsnorm_swiglu": _SWIGLU_H200, "rmsnorm_lm_head": _LM_HEAD_H200},

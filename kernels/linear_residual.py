@@ -32,7 +32,7 @@ CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
     (8192, 4096, 2): GemvConfig(block_n=4, block_k=512, num_warps=1),  # 18.5 us, 70B
     (8192, 14336, 2): GemvConfig(block_n=2, block_k=1024, num_warps=1),  # 58.2 us, 70B
 }
-# An H200's own launches, chosen by the whole 7B step (kernels.ON_GPU says how, and what they measured).
+# An H200's own launches, chosen by the whole step of 7B and its TP=2 shards (kernels.ON_GPU says how).
 H200: dict[tuple, GemvConfig] = {
     (4096, 4096, 2): GemvConfig(block_n=4, block_k=1024, num_warps=2),
     (4096, 4096, 1): GemvConfig(block_n=2, block_k=1024, num_warps=1, pdl=True),

@@ -27,9 +27,15 @@ CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
     (16000, 5120, 2): GemvConfig(block_n=8, block_k=512, num_warps=2),  # 41.8 us
     (16000, 8192, 2): GemvConfig(block_n=8, block_k=512, num_warps=2),  # 63.9 us, 70B
 }
-# An H200's own launches, chosen by the whole 7B step (kernels.ON_GPU says how, and what they measured).
+# An H200's own launches, chosen by the whole step of 7B and its TP=2 shards (kernels.ON_GPU says how).
 H200: dict[tuple, GemvConfig] = {
     (32000, 4096, 1): GemvConfig(block_n=32, block_k=256, num_warps=8, pdl=True),
+    # TP=2 shards, 7B and 13B. Under symm the LM head also adds the ranks' partials, which every program reads
+    # whole: more, smaller programs read them more often, so that path keeps the launch it had.
+    (16000, 4096, 2): GemvConfig(block_n=2, block_k=256, num_warps=1),
+    (16000, 5120, 2): GemvConfig(block_n=4, block_k=256, num_warps=2),
+    (16000, 4096, 2, "summed"): CONFIGS[(16000, 4096, 2)],
+    (16000, 5120, 2, "summed"): CONFIGS[(16000, 5120, 2)],
 }
 
 

@@ -8,11 +8,13 @@ grid), keeping a launch only where the whole graphed step (profile_tp.timed_step
 noise. Then the committed and the chosen tables are timed in turn, three times each. --pdl: FP8 GEMVs under
 programmatic dependent launch too (gemv.use_pdl leaves them without), in the descent, and the chosen tables under
 it beside the committed ones without it. --ab: no descent; the tables a model on this GPU reads (kernels.ON_GPU's
-entries over the committed ones) against the committed ones alone, in turn, three times each. Random weights; from
-the repository root, on one GPU:
+entries over the committed ones) against the committed ones alone, in turn, three times each. --world N: rank 0's
+shard of an N-way tensor-parallel split with no communication (profile_tp.floor_model, bf16), whose time is the
+floor that issue's sync points add to. Random weights; from the repository root, on one GPU:
 
     python scripts/experiments/step_launches.py --shape llama-2-7b --weights bf16 fp8_e5m2 [--grids full quick]
     python scripts/experiments/step_launches.py --shape llama-2-7b --weights bf16 fp8_e5m2 fp8_e4m3 --ab
+    python scripts/experiments/step_launches.py --shape llama-2-13b --weights bf16 --world 2
 """
 import argparse
 import sys
@@ -23,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profile_tp import timed_step  # noqa: E402
+from profile_tp import floor_model, timed_step  # noqa: E402
 
 from llamafast.backends import committed_launches  # noqa: E402
 from llamafast.config import Backend, DType, FP8Format  # noqa: E402
@@ -121,6 +123,16 @@ class pdl_everywhere:
         gemv.use_pdl = self.was
 
 
+def build(shape: str, weights: str, world: int):
+    """The model walked: random weights of `shape`, or with world > 1 rank 0's shard with no communication."""
+    fp8 = FP8Format(weights.removeprefix("fp8_")) if weights.startswith("fp8_") else None
+    if world == 1:
+        return random_model(shape, torch.device("cuda"), DType.bfloat16, Backend.triton, fp8=fp8).model
+    if fp8 is not None:
+        raise SystemExit("--world takes bf16 weights only (tensor parallel runs bf16)")
+    return floor_model(shape, world, torch.device("cuda"))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="llama-2-7b")
@@ -129,13 +141,13 @@ def main() -> None:
     p.add_argument("--grids", nargs="+", choices=["quick", "full"], default=["quick"], help="a pass per grid")
     p.add_argument("--pdl", action="store_true", help="FP8 GEMVs under programmatic dependent launch too")
     p.add_argument("--ab", action="store_true", help="this GPU's tables against the committed ones alone")
+    p.add_argument("--world", type=int, default=1, help="rank 0's shard of this tensor-parallel size, no communication")
     a = p.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for weights in a.weights:
         t0 = time.perf_counter()
-        fp8 = FP8Format(weights.removeprefix("fp8_")) if weights.startswith("fp8_") else None
-        model = random_model(a.shape, torch.device("cuda"), DType.bfloat16, Backend.triton, fp8=fp8).model
-        print(f"{a.shape} {weights}", flush=True)
+        model = build(a.shape, weights, a.world)
+        print(f"{a.shape} {weights}{f', rank 0 of {a.world}, no communication' if a.world > 1 else ''}", flush=True)
         if a.ab:
             ab(model, a.steps)
             del model
