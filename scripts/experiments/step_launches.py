@@ -10,7 +10,7 @@ programmatic dependent launch too (gemv.use_pdl leaves them without), in the des
 it beside the committed ones without it. --ab: no descent; the tables a model on this GPU reads (kernels.ON_GPU's
 entries over the committed ones) against the committed ones alone, in turn, three times each. --world N: rank 0's
 shard of an N-way tensor-parallel split with no communication (profile_tp.floor_model, bf16), whose time is the
-floor that issue's sync points add to. Random weights; from the repository root, on one GPU:
+floor that tensor parallel's sync points add to. Random weights; from the repository root, on one GPU:
 
     python scripts/experiments/step_launches.py --shape llama-2-7b --weights bf16 fp8_e5m2 [--grids full quick]
     python scripts/experiments/step_launches.py --shape llama-2-7b --weights bf16 fp8_e5m2 fp8_e4m3 --ab
