@@ -1,10 +1,15 @@
 # Sourced on a GPU machine whose image has torch and triton but not this project: runs llamafast from this tree
 # without installing it. llamafast.kernels and llamafast.configs are the top-level kernels/ and configs/
-# (pyproject's package-dir), linked where an installed copy has them, and removed when the shell exits; wheels the
-# image lacks (gguf) come from .whl/ into /tmp/llamafast-site; a `llamafast` command goes first on PATH.
+# (pyproject's package-dir), linked where an installed copy has them, and removed when the shell that linked them
+# exits; wheels the image lacks (gguf) come from .whl/ into /tmp/llamafast-site; a `llamafast` command goes first
+# on PATH.
 #   . scripts/gpu_env.sh
-ln -sfn ../kernels llamafast/kernels && ln -sfn ../configs llamafast/configs
-trap 'rm -f "$PWD/llamafast/kernels" "$PWD/llamafast/configs"' EXIT
+# Only the shell that made the links removes them: a script that sources this again (gpu_check.sh, tp_check.sh)
+# leaves them to the shell that ran it.
+if [ ! -e llamafast/kernels ]; then
+  ln -sfn ../kernels llamafast/kernels && ln -sfn ../configs llamafast/configs
+  trap 'rm -f "$PWD/llamafast/kernels" "$PWD/llamafast/configs"' EXIT
+fi
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/llamafast-site \
     .whl/*.whl || return 1
