@@ -9,14 +9,12 @@ import pytest
 import torch
 
 from llamafast.config import ModelConfig
+from llamafast.kernels import COMMITTED as TABLES
 from llamafast.kernels import ON_GPU, linear_residual, rmsnorm_lm_head, rmsnorm_swiglu
 from llamafast.measure.registry import REGISTRY
 from llamafast.quant import FP8Format
 
 from llamafast.kernels.gemv import GemvConfig, gemv_key, launch_args
-from llamafast.kernels.linear_residual import CONFIGS as RESIDUAL_CONFIGS
-from llamafast.kernels.rmsnorm_lm_head import CONFIGS as LM_HEAD_CONFIGS
-from llamafast.kernels.rmsnorm_swiglu import CONFIGS as SWIGLU_CONFIGS
 
 from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, K_QUANTS, SHAPES, launches, tolerance
 
@@ -78,7 +76,6 @@ def test_k_quants_in_a_partial_tile(fmt):
 # Every committed launch of float weights, at its own shape, a GPU model's own too (kernels.ON_GPU): (registry
 # kernel, key, launch) where the registry kernel's inputs take the key's (N, K) as (F, C), (C, F) or (V, C); the
 # tensor-parallel shards' shapes are among them.
-TABLES = {"rmsnorm_swiglu": SWIGLU_CONFIGS, "linear_residual": RESIDUAL_CONFIGS, "rmsnorm_lm_head": LM_HEAD_CONFIGS}
 COMMITTED = [pytest.param(name, key, launch, id=f"{name}-{key[0]}x{key[1]}x{key[2]}{gpu}", marks=pytest.mark.gpu)
              for gpu, tables in (("", TABLES), *((f"-{g.split()[-1]}", t) for g, t in ON_GPU.items()))
              for name in ("rmsnorm_swiglu", "linear_residual[w2]", "rmsnorm_lm_head")
