@@ -90,9 +90,14 @@ def consumer_args(x) -> tuple[torch.Tensor, dict]:
 
 @triton.jit
 def release_slot(f_ptr):
-    """The consumer's last program resets the flag for the next step (every program has read the parts)."""
+    """The consumer's last program resets the flag for the next step (every program has read the parts). The
+    tickets are relaxed: a program takes one only after its poll saw the flag up (a control dependency), so no
+    program still polls when the flag drops, and nothing writes the parts or the flag again before this kernel
+    has ended and a later producer has fenced. An acq_rel ticket is a MEMBAR.GPU in every program, behind its
+    own output stores: relaxed, a point cost 0.45 us less at 7B and 0.4 at 13B on two H200s (5.95 against 6.40,
+    10.52 against 10.91; scripts/results/tp/h200x2_sync_parts/)."""
     tl.debug_barrier()
-    ticket = tl.atomic_add(f_ptr + 1, 1, sem="acq_rel", scope="gpu")
+    ticket = tl.atomic_add(f_ptr + 1, 1, sem="relaxed", scope="gpu")
     if ticket == tl.num_programs(0) - 1:
         tl.atomic_xchg(f_ptr + 1, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(f_ptr, 0, sem="relaxed", scope="gpu")

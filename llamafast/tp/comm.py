@@ -123,28 +123,29 @@ def symm_unavailable(ranks: Ranks, backend_step: str) -> str | None:
 def symmetric_peers(ranks: Ranks, slots: int, dim: int, vocab: int):
     """This rank's Peers (kernels/tp_sync.py): parts (slots, N, C) fp32 and flags (slots, 2) int32 in symmetric
     memory, rendezvoused once, and the tables of every rank's addresses."""
-    import torch.distributed._symmetric_memory as symm_mem
-
     from llamafast.kernels.tp_sync import Peers
 
     world, device = ranks.shard.world, ranks.device
-    name = ranks.group.group_name
-
-    def shared(shape, dtype):
-        t = symm_mem.empty(shape, dtype=dtype, device=device)
-        t.zero_()
-        handle = symm_mem.rendezvous(t, name)
-        ptrs = list(getattr(handle, "buffer_ptrs", [])) or [
-            handle.get_buffer(r, t.shape, t.dtype).data_ptr() for r in range(world)]
-        return t, torch.tensor(ptrs, dtype=torch.int64, device=device)
-
     try:
-        parts, parts_table = shared((slots, world, dim), torch.float32)
-        flags, flags_table = shared((slots, 2), torch.int32)
-        logits, logits_table = shared((vocab,), torch.float32) if vocab else (None, None)
+        parts, parts_table = symmetric_tensor(ranks, (slots, world, dim), torch.float32)
+        flags, flags_table = symmetric_tensor(ranks, (slots, 2), torch.int32)
+        logits, logits_table = symmetric_tensor(ranks, (vocab,), torch.float32) if vocab else (None, None)
     except RuntimeError as e:
         raise LlamafastError(f"symmetric memory failed ({str(e).splitlines()[0]}); use --tp-comm nccl") from None
     torch.cuda.synchronize(device)
     dist.barrier(group=ranks.group)  # every rank's buffers are zeroed before any peer writes into them
     counters = torch.zeros(slots, dtype=torch.int32, device=device)
     return Peers(ranks.shard.rank, world, parts_table, flags_table, parts, flags, counters, logits_table, logits)
+
+
+def symmetric_tensor(ranks: Ranks, shape: tuple, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A zeroed tensor in symmetric memory, rendezvoused on every rank at once, and the (N,) int64 table of every
+    rank's address of it."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    t = symm_mem.empty(shape, dtype=dtype, device=ranks.device)
+    t.zero_()
+    handle = symm_mem.rendezvous(t, ranks.group.group_name)
+    ptrs = list(getattr(handle, "buffer_ptrs", [])) or [
+        handle.get_buffer(r, t.shape, t.dtype).data_ptr() for r in range(ranks.shard.world)]
+    return t, torch.tensor(ptrs, dtype=torch.int64, device=ranks.device)
