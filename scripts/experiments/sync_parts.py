@@ -8,7 +8,8 @@ away, each beside its floor in the same process (wrong numbers: the time each pa
 --patch, each taking a part away in both symm and local (set before any kernel compiles: Triton reads a jit
 function's globals when it first compiles it):
     nowait            the consumers (and the logits' wait) skip the flag poll: what waiting for the flags exposes
-    relaxed_release   the consumers' tickets that reset the flag are relaxed atomics, not acq_rel (no MEMBAR.GPU)
+    relaxed_release   the consumers' tickets that reset the flag are relaxed atomics, not acq_rel (no MEMBAR.GPU);
+                      committed since (tp_sync.release_slot), so the same as the committed path now
     relaxed_tickets   the producers' tickets are relaxed (wrong order: the timing of a ticket without a fence)
     no_parts          the consumers read x alone, not the ranks' partials
     no_signal         the producers take no ticket and raise no flag (with nowait only, else the consumers hang)
