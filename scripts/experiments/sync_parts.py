@@ -8,13 +8,12 @@ away, each beside its floor in the same process (wrong numbers: the time each pa
 --patch, each taking a part away in both symm and local (set before any kernel compiles: Triton reads a jit
 function's globals when it first compiles it):
     nowait            the consumers (and the logits' wait) skip the flag poll: what waiting for the flags exposes
-    relaxed_release   the consumers' tickets that reset the flag are relaxed atomics, not acq_rel (no MEMBAR.GPU);
-                      committed since (tp_sync.release_slot), so the same as the committed path now
-    relaxed_tickets   the producers' tickets are relaxed (wrong order: the timing of a ticket without a fence)
     no_parts          the consumers read x alone, not the ranks' partials
     no_signal         the producers take no ticket and raise no flag (with nowait only, else the consumers hang)
     bf16_parts        the producers push their partials rounded to bf16, not fp32: half the bytes that every
                       consumer program reads (the NCCL path sums bf16 partials too)
+At 3d19f66 it also had relaxed_release (the consumers' tickets relaxed, committed since: tp_sync.release_slot) and
+relaxed_tickets (the producers' tickets relaxed: wrong order, the timing of a ticket without its fence).
 
 cost per point = (ms/token - floor) / points, as in profile_tp.py. Under torchrun, from the repository root:
 
@@ -34,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from profile_tp import NoComm, timed_step  # noqa: E402
 
-from llamafast.kernels.counters import fence_sys  # noqa: E402
 from llamafast.config import Backend, DType, TPComm  # noqa: E402
 from llamafast.load import random_model  # noqa: E402
 from llamafast.tp.comm import make_comm, symmetric_tensor  # noqa: E402
@@ -44,27 +42,6 @@ from llamafast.tp.dist import setup  # noqa: E402
 @triton.jit
 def _no_wait(flag_ptr, n):
     tl.debug_barrier()
-
-
-@triton.jit
-def _relaxed_release(f_ptr):
-    tl.debug_barrier()
-    ticket = tl.atomic_add(f_ptr + 1, 1, sem="relaxed", scope="gpu")
-    if ticket == tl.num_programs(0) - 1:
-        tl.atomic_xchg(f_ptr + 1, 0, sem="relaxed", scope="gpu")
-        tl.atomic_xchg(f_ptr, 0, sem="relaxed", scope="gpu")
-
-
-@triton.jit
-def _relaxed_tickets(counter_ptr, flags_table, flag_offset, WORLD: tl.constexpr):
-    tl.debug_barrier()
-    ticket = tl.atomic_add(counter_ptr, 1, sem="relaxed", scope="gpu")
-    if ticket == tl.num_programs(0) - 1:
-        fence_sys(ticket)
-        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
-        for r in tl.static_range(WORLD):
-            flags = tl.load(flags_table + r).to(tl.pointer_type(tl.int32))
-            tl.atomic_add(flags + flag_offset, 1, sem="relaxed", scope="sys")
 
 
 @triton.jit
@@ -97,13 +74,9 @@ def bf16_parts(ranks, comm):
 def patch(names: list[str]) -> None:
     import importlib
 
-    gemv, gemv_tiles, rmsnorm_lm_head, rmsnorm_qkv_rope, rmsnorm_swiglu, tp_sync = (importlib.import_module(
-        f"llamafast.kernels.{m}") for m in ("gemv", "gemv_tiles", "rmsnorm_lm_head", "rmsnorm_qkv_rope",
-                                            "rmsnorm_swiglu", "tp_sync"))
-    consumers = (rmsnorm_lm_head, rmsnorm_qkv_rope, rmsnorm_swiglu)
+    gemv, gemv_tiles, rmsnorm_lm_head, tp_sync = (importlib.import_module(f"llamafast.kernels.{m}")
+                                                  for m in ("gemv", "gemv_tiles", "rmsnorm_lm_head", "tp_sync"))
     where = {"nowait": ((gemv, tp_sync), "wait_arrivals", _no_wait),
-             "relaxed_release": (consumers, "release_slot", _relaxed_release),
-             "relaxed_tickets": ((tp_sync, rmsnorm_lm_head), "signal_peers", _relaxed_tickets),
              "no_parts": ((gemv_tiles,), "add_parts", _no_parts),
              "no_signal": ((tp_sync, rmsnorm_lm_head), "signal_peers", _no_signal),
              "bf16_parts": ((tp_sync,), "push_rows", _push_rows_bf16)}  # the logits stay fp32
@@ -130,8 +103,7 @@ def local_only(comm):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", default="llama-2-7b")
-    parser.add_argument("--patch", nargs="*", default=[], choices=["nowait", "relaxed_release", "relaxed_tickets",
-                                                                    "no_parts", "no_signal", "bf16_parts"])
+    parser.add_argument("--patch", nargs="*", default=[], choices=["nowait", "no_parts", "no_signal", "bf16_parts"])
     parser.add_argument("--repeat", type=int, default=2)
     a = parser.parse_args()
     patch(a.patch)
