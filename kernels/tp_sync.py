@@ -31,8 +31,9 @@ each (NCCL's LL protocol: no ticket, no flag), which every consumer program poll
 7B (it doubles the bytes every program reads and adds a block reduction per slice to test the tags); each thread
 spinning on its own tagged words, with no block-wide test, 24.9-25.8 us at 7B and 15.3-23.2 at 13B on 2 H200s
 (scripts/experiments/tagged_words). Where a point goes on 2 H200s (scripts/experiments/sync_parts.py): of 7B's
-6.4 us, 3.0 are the last producer's system-scope fence and flag atomics, which hold the producer's grid open for
-every consumer's grid wait, 0.8 crossing NVLink and 0.4 waiting for the peers (13B: 4.3, 0.7, 1.5 of 10.9).
+6.4 us, 3.0 are the producers' tickets and the last one's system-scope fence and flag atomics, which hold the
+producer's grid open for every consumer's grid wait, 0.8 crossing NVLink and 0.4 waiting for the peers (13B: 4.3,
+0.7, 1.5 of 10.9).
 """
 
 from __future__ import annotations
