@@ -29,7 +29,8 @@ own arrival on every rank (no ticket) 14.3 / 8.8 us; every program's ticket at s
 push launches (8 or 16 rows x 1024, 4 warps) 9.4 and 14.0 us at 7B. Values tagged with the step in one 8-byte word
 each (NCCL's LL protocol: no ticket, no flag), which every consumer program polled slice by slice, cost 16.4 us at
 7B (it doubles the bytes every program reads and adds a block reduction per slice to test the tags); each thread
-spinning on its own tagged words, with no block-wide test, 24.9-25.8 us at 7B and 15.3-23.2 at 13B on 2 H200s
+spinning on its own tagged words, with no block-wide test, 24.9-25.8 us at 7B and 15.3-23.2 at 13B on 2 H200s, and
+with the words loaded and stored 16 bytes at a time 10.9 / 14.5 us against these flags' 6.0 / 10.9 in the same call
 (scripts/experiments/tagged_words). Where a point goes on 2 H200s (scripts/experiments/sync_parts.py): of 7B's
 6.4 us, 3.0 are the producers' tickets and the last one's system-scope fence and flag atomics, which hold the
 producer's grid open for every consumer's grid wait, 0.8 crossing NVLink and 0.4 waiting for the peers (13B: 4.3,
