@@ -8,9 +8,13 @@ specialization key and calls its launcher directly; a call with a new key goes t
 10.60 through triton's path (medians of 9), and time to first token at 128 tokens was 8.66 ms against 12.49.
 
 The key holds what triton 3.x specializes a launch on: each tensor's dtype and 16-byte alignment, each integer's
-divisibility by 16, whether it is 1 and whether it needs 64 bits, each float as a float, the constexpr values and
-the launch options. It can be finer than triton's own key (a few more entries), never coarser. Tensor
-descriptors made on the host, the interpreter and launch hooks (profilers) always take triton's normal path.
+divisibility by 16, whether it is 1 and whether it needs 64 bits, each float as a float, each tensor descriptor
+made on the host by its dtype, block shape and padding (its base, shape and strides are arguments; the compiled
+kernel's launcher encodes it), the constexpr values and the launch options. It can be finer than triton's own
+key (a few more entries), never coarser. The interpreter and launch hooks (profilers) always take triton's
+normal path. Host descriptors launched through triton's path held the host of a 4,000-token TP=2 prompt (eager,
+no prompt graphs) close to the GPU: 2 x H200, 7B, 58.7-58.9 ms with direct launches against 59.5-60.1 in four
+earlier calls (scripts/experiments/prompt_push).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import torch
 import triton
 from triton.runtime import driver
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .._common import INTERPRET
 
@@ -27,6 +32,8 @@ _KNOBS = getattr(triton, "knobs", None)  # triton >= 3.4; older releases always 
 def _arg_key(a):
     if isinstance(a, torch.Tensor):
         return a.dtype, a.data_ptr() % 16 == 0
+    if isinstance(a, TensorDescriptor):
+        return TensorDescriptor, a.base.dtype, tuple(a.block_shape), a.padding
     if isinstance(a, bool):  # before int: bool is an int
         return bool
     if isinstance(a, int):

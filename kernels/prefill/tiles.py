@@ -137,8 +137,9 @@ def tile_config(table: dict[int, TileConfig], m: int, k: int, elem_bytes: int = 
 # Fewest rows for TMA loads, and for making their descriptors on the host. H100, 7B bf16, time to first token
 # (min of 14, scripts/experiments/tile_ab_dev.txt): at 512 tokens 12.98 ms with TMA loads (descriptors made on the
 # device) against 14.11 with pointer loads; at 4,000 tokens 100.13 ms with host descriptors against 103.17 with
-# device ones (each program builds and fences its own). Host descriptors go through triton's own launch path and
-# are encoded at every launch, too slow for the host below 1,024 rows.
+# device ones (each program builds and fences its own). Host descriptors are encoded at every launch, and were
+# measured when they also went through triton's own launch path (launcher.py): too slow for the host below 1,024
+# rows then.
 TMA_MIN_ROWS = 512
 HOST_DESCRIPTOR_ROWS = 1024
 

@@ -3,6 +3,7 @@ same bits as triton's own launch path, including after a change that triton spec
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import pytest
@@ -15,6 +16,7 @@ from .common import DEVICE, ODD
 
 launcher = importlib.import_module("llamafast.kernels.prefill.launcher")
 rows = importlib.import_module("llamafast.kernels.prefill.rmsnorm_rows")
+tiles = importlib.import_module("llamafast.kernels.prefill.tiles")
 
 
 def test_key_tells_apart_what_triton_specializes_on():
@@ -27,7 +29,14 @@ def test_key_tells_apart_what_triton_specializes_on():
     assert key(32) == key(4096) and key(17) == key(4097)
     assert key(True) != key(1) and key(0.5) == key(2.0)
     with pytest.raises(TypeError):
-        key(object())  # e.g. a tensor descriptor: triton's own path
+        key(object())  # anything else: triton's own path
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    x = torch.zeros(64, 128, dtype=torch.float16)
+    desc = TensorDescriptor.from_tensor
+    assert key(desc(x, [16, 32])) == key(desc(x[16:], [16, 32]))  # base, shape and strides are arguments
+    assert len({key(desc(x, [16, 32])), key(desc(x, [32, 32])), key(desc(x.float(), [16, 32])),
+                key(desc(x, [16, 32], padding="nan"))}) == 4  # block shape, dtype, padding: compiled in
 
 
 def _outputs(name: str, args: tuple, kw: dict) -> list[torch.Tensor]:
@@ -48,6 +57,31 @@ def test_direct_launch_matches_triton_launch(name, monkeypatch):
         got = _outputs(name, args, kw)
         for g, w in zip(got, want):
             assert torch.equal(g, w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["prefill_linear_residual[w2]", "prefill_swiglu", "prefill_qkv_rope"])
+def test_direct_launch_with_host_descriptors_matches_triton_launch(name, monkeypatch):
+    """From HOST_DESCRIPTOR_ROWS rows the matmuls take tensor descriptors made on the host: launched directly,
+    the same bits as through triton's path, and the launcher keeps the compiled kernel."""
+    m = tiles.HOST_DESCRIPTOR_ROWS + 37
+    args, kw = PREFILL[name].make_inputs(dataclasses.replace(ODD, max_seq_len=2 * m), torch.bfloat16, DEVICE, m, 0,
+                                         None)
+    assert tiles.operands(args[0], [torch.empty(64, args[0].shape[1], dtype=torch.bfloat16, device=DEVICE)],
+                          tiles.TileConfig(64, 64, 64, 4, 3))[1] == 1, "host descriptors at this length"
+    monkeypatch.setattr(launcher, "_KNOBS", None)
+    want = [t.clone() for t in _outputs(name, args, kw)]
+    monkeypatch.undo()
+    for _ in range(3):
+        got = _outputs(name, args, kw)
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    kept = [key for mod in ("tiles", "prefill_swiglu", "prefill_qkv_rope")
+            for v in vars(importlib.import_module(f"llamafast.kernels.prefill.{mod}")).values()
+            if isinstance(v, launcher.Launcher) for key in v.compiled]
+    assert any(isinstance(a, tuple) and a[0] is TensorDescriptor for key in kept for a in key[1])
 
 
 @pytest.mark.gpu
