@@ -12,9 +12,9 @@ divisibility by 16, whether it is 1 and whether it needs 64 bits, each float as 
 made on the host by its dtype, block shape and padding (its base, shape and strides are arguments; the compiled
 kernel's launcher encodes it), the constexpr values and the launch options. It can be finer than triton's own
 key (a few more entries), never coarser. The interpreter and launch hooks (profilers) always take triton's
-normal path. Through triton's path, host descriptors left an eager prompt's host (TP=2, 4,000 tokens, no prompt
-graphs) barely ahead of the GPU; launched directly, that prompt read 58.7-58.9 ms against 59.5-60.1 in four
-earlier calls (2 x H200, 7B; scripts/experiments/prompt_push).
+normal path. Through triton's path, host descriptors kept an eager prompt's host (TP=2, 4,000 tokens, no prompt
+graphs, wo and w2 in 4 blocks of rows) 0.2-0.5 ms ahead of the GPU, which then waited for it (2 x H200, 7B;
+scripts/experiments/prompt_push/blocks/call4).
 """
 
 from __future__ import annotations
