@@ -21,7 +21,7 @@ from llamafast.config import SamplingConfig
 from llamafast.errors import LlamafastError
 from llamafast.model import Transformer
 from llamafast.backends import check_decode_step
-from llamafast.prompt_graph import PromptGraphs
+from llamafast.prompt_graph import PromptGraphs, hold_if_parallel
 from llamafast.sampling import sample, uses_counts
 from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 
@@ -87,8 +87,7 @@ class Engine:
             self.mode = "eager"  # the kernels under TRITON_INTERPRET=1 on the CPU: no graphs there
         if model.cache_len != max_seq_len:
             model.setup_cache(max_seq_len)
-        graphs = prompt_graphs and self.mode == "graph" and model.comm is None  # TP prompts: eager
-        self.prompts = PromptGraphs(model, self.prefill_chunk) if graphs else None
+        self.prompts = PromptGraphs(model, self.prefill_chunk) if prompt_graphs and self.mode == "graph" else None
         if self.mode == "compile":
             _inductor_settings()
             self._compiled = torch.compile(self._next_token, mode="reduce-overhead", fullgraph=True)
@@ -216,10 +215,7 @@ class Engine:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._advance(self._next_token(self.token, self.pos, self.seen), 1)
-        if self.model.comm is not None:
-            from llamafast.tp.dist import hold_graph
-
-            hold_graph(graph)
+        hold_if_parallel(self.model, graph)
         return graph
 
     def _advance(self, nxt: torch.Tensor, n: int) -> None:

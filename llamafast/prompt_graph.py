@@ -11,7 +11,9 @@ from the last real row, chosen on the device (Transformer.forward's `last`).
 A bucket's first chunk runs eagerly and unpadded, so a one-shot `generate` pays neither padding nor a capture;
 its second runs eagerly padded (compiling that length's kernels, the warm-up a capture needs) and is captured;
 later ones replay. The graphs share one memory pool: they never run at once, and each replay's logits are
-copied out before the next.
+copied out before the next. Under tensor parallelism every rank captures the same buckets at the same chunks
+(the ranks run every prompt in step), the ranks' sums inside them, and tp.dist.finish resets them before the
+process group goes.
 """
 
 from __future__ import annotations
@@ -30,6 +32,14 @@ def bucket(n: int) -> int:
     top = 1 << (n - 1).bit_length()  # the next power of two
     step = max(top // 8, 16) if n > 256 else top
     return -(-n // step) * step
+
+
+def hold_if_parallel(model: Transformer, graph: torch.cuda.CUDAGraph) -> None:
+    """A graph captured on a tensor-parallel model holds its collectives: tp.dist.finish resets it first."""
+    if model.comm is not None:
+        from llamafast.tp.dist import hold_graph
+
+        hold_graph(graph)
 
 
 class PromptGraphs:
@@ -85,4 +95,5 @@ class PromptGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
             out = self._forward(m)
+        hold_if_parallel(self.model, graph)
         return graph, out

@@ -107,7 +107,7 @@ def run_prefill_bench(
     """Each backend at each prompt length, each length's prompt the same in every run, in chunks of `chunk` tokens
     (None: the model's default, generate.prompt_chunk); speedups are against the
     reference backend when it ran. The triton backend on a GPU runs twice, prompts replayed from CUDA graphs and
-    queued eagerly, the baseline in the same process (once under tensor parallelism, where prompts run eagerly)."""
+    queued eagerly, the baseline in the same process."""
     device = lm.model.tok_embeddings.weight.device
     config = lm.model.config
     chunk = chunk or prompt_chunk(lm.model)
@@ -115,8 +115,7 @@ def run_prefill_bench(
     prompts = [(n, random_prompt(n, config.vocab_size, gen)) for n in lengths]
     report = PrefillReport(lm.source, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), chunk, reps,
                            environment(device))
-    can_graph = device.type == "cuda" and lm.model.comm is None  # tensor parallel: prompts run eagerly (generate.py)
-    runs = [(b, g) for b in backends for g in ((True, False) if b.fused and can_graph else (False,))]
+    runs = [(b, g) for b in backends for g in ((True, False) if b.fused and device.type == "cuda" else (False,))]
     for backend, graphs in runs:
         model = with_backend(lm.model, backend)
         engine = Engine(model, SamplingConfig(temperature=0), max(lengths) + 1, prefill_chunk=chunk,

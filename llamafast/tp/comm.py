@@ -55,7 +55,7 @@ class SymmComm(NcclComm):
         super().__init__(ranks, vocab_sharded)
         self.peers = symmetric_peers(ranks, 2 * n_layers + 1, dim, vocab if vocab_sharded else 0)
         self.push_configs: dict | None = None  # push_linear's launch table (None: the committed one)
-        self.prompt_buffers: dict[torch.dtype, torch.Tensor] = {}  # prompt_row_linear's, per activation dtype
+        self.prompt_buffers: dict[torch.dtype, list[torch.Tensor]] = {}  # prompt_row_linear's, per activation dtype
 
     def row_linear(self, ops, x, w: Weight, residual, slot: int):
         if x.shape[0] > 1:
@@ -68,16 +68,17 @@ class SymmComm(NcclComm):
         """A prompt chunk's (S, C) partials, written by the matmul straight into a symmetric buffer (rank 0's with
         the residual), then summed by torch's two-shot all-reduce (each rank sums its share of the rows, read
         from every rank, and every rank reads the others' sums). The buffer is made at the first chunk, on every
-        rank at once (prompts run in step), and grows with the chunk. Writing in place saves a copy of the
+        rank at once (prompts run in step), and grows with the chunk; a buffer it outgrows stays allocated, since
+        a prompt graph (prompt_graph.py) captured with it replays into it. Writing in place saves a copy of the
         partials (1.23 ms of rank 0's 59.65 ms of kernels in a 4,000-token 7B prompt at TP=2 on 2 x H100,
         scripts/results/tp/h100x2_prefill/prefill_profile_7b.txt) and, on the other ranks, a zeroed residual."""
-        buf = self.prompt_buffers.get(residual.dtype)
-        if buf is None or buf.numel() < residual.numel():
+        bufs = self.prompt_buffers.setdefault(residual.dtype, [])
+        if not bufs or bufs[-1].numel() < residual.numel():
             import torch.distributed._symmetric_memory as symm_mem
 
-            buf = symm_mem.empty(residual.numel(), dtype=residual.dtype, device=residual.device)
-            symm_mem.rendezvous(buf, self.group.group_name)
-            self.prompt_buffers[residual.dtype] = buf
+            bufs.append(symm_mem.empty(residual.numel(), dtype=residual.dtype, device=residual.device))
+            symm_mem.rendezvous(bufs[-1], self.group.group_name)
+        buf = bufs[-1]
         part = buf[: residual.numel()].view(residual.shape)
         ops.linear_residual(x, w, residual if self.rank == 0 else None, out=part)
         out = torch.empty_like(residual)

@@ -72,10 +72,17 @@ def test_7b_tp2_matches_one_gpu_in_bf16(tmp_path, comm):
 
 @pytest.mark.parametrize("comm", _gpu_params())
 def test_stories_tp2_greedy_on_gpus(tmp_path, comm):
+    """Greedy tokens at TP=2 equal TP=1's; the prompt replayed from its CUDA graph, the ranks' sums captured in
+    it, gives the eager padded pass's logits bit for bit (two ranks add in either order alike) and the unpadded
+    pass's within fp32 summation order."""
     records = run_worker(tmp_path, 2, str(bundled_model()), 64, comm, "float32")
     for r in records:
         assert r["comm"] == comm, r["note"]
         assert r["tp_tokens"] == r["one_tokens"]
+        unpadded, padded, *replays = r["prompt_runs"]
+        assert r["prompt_graphs"] == [64]
+        assert all(torch.equal(replay, padded) for replay in replays)
+        torch.testing.assert_close(replays[0], unpadded, atol=2e-5, rtol=2e-5)
 
 
 def test_generate_tp2_streams_the_tp1_text():

@@ -1,6 +1,6 @@
 """Run by tests/tp/test_tp_run.py under torchrun (gloo on the CPU; NCCL and symmetric memory on GPUs): each rank
-loads its shard and the whole model, runs the same prompt and decode steps through both, and writes what it saw
-to OUT/rank{R}.pt for the test to compare.
+loads its shard and the whole model, runs the same prompt and decode steps through both (on GPUs the shard's prompt
+also replayed from its prompt graph), and writes what it saw to OUT/rank{R}.pt for the test to compare.
 
     torchrun --standalone --nproc-per-node N tests/tp/worker.py OUT MODEL|shape:NAME STEPS COMM [DTYPE]
 """
@@ -19,6 +19,7 @@ from llamafast.backends import with_backend
 from llamafast.config import Backend, DType, SamplingConfig, TPComm
 from llamafast.generate import Engine, stream_tokens
 from llamafast.load import load_model, random_model
+from llamafast.prompt_graph import bucket
 from llamafast.tp.comm import make_comm
 from llamafast.tp.dist import finish, setup
 
@@ -50,6 +51,8 @@ def main(out: Path, source: str, steps: int, comm: str, dtype: str = "float32") 
         record[f"{name}_logits"] = step_logits(model, prompt, record["one_tokens"][: steps - 1])
     reference.comm = RoundedPartials(ranks.shard.world)
     record["rounded_logits"] = step_logits(reference, prompt, record["one_tokens"][: steps - 1])
+    if dev.type == "cuda":
+        record["prompt_runs"], record["prompt_graphs"] = prompt_runs(sharded.model, prompt)
     torch.manual_seed(1234)
     sampler = Engine(sharded.model, SamplingConfig(temperature=0.9, top_p=0.95), len(prompt) + steps)
     record["sampled"] = list(stream_tokens(sampler, prompt, steps))
@@ -77,6 +80,15 @@ class RoundedPartials:
 
     def lm_head(self, ops, x, norm_w, w, eps, slot):
         return ops.rmsnorm_lm_head(x, norm_w, w, eps)
+
+
+@torch.no_grad()
+def prompt_runs(model, prompt: list[int]) -> tuple[list[torch.Tensor], list[int]]:
+    """The prompt's last logits from one engine four times: eagerly, eagerly padded to its bucket and captured,
+    then replayed from that prompt graph twice; and the buckets captured."""
+    engine = Engine(model, SamplingConfig(temperature=0), max(bucket(len(prompt)), len(prompt) + 1))
+    ids = torch.tensor(prompt, device=model.tok_embeddings.weight.device)
+    return [engine.prompt_logits(ids).float().cpu() for _ in range(4)], sorted(engine.prompts.graphs)
 
 
 @torch.no_grad()
