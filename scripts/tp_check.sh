@@ -4,11 +4,11 @@
 # `generate` at TP=2, symm and nccl, against TP=1), then what times: `bench` under torchrun at 7B, 70B (where a GPU
 # holds its 69 GB shard) and 13B with TP=2 symm beside nccl and TP=1, scripts/profile_tp.py's cost per
 # synchronisation point at each shape with each variant's step by kernel (--timeline), and time to first token at
-# 4,000 tokens, then split by kernel (scripts/profile_tp_prefill.py). A step that would not end inside the budget
-# is skipped and says so. Writes each step's raw output into OUTDIR and a summary.md of the figures. Naming steps
-# runs only those; sweep_7b, sweep_13b and sweep_70b (profile_tp.py --sweep: the launches of symm's consumers, whose
-# winners go into the kernels' "summed" entries by hand) run only when named, as on GPUs other than those the
-# committed entries were swept on.
+# 512 and 4,000 tokens, then at 4,000 split by kernel (scripts/profile_tp_prefill.py). A step that would not end
+# inside the budget is skipped and says so. Writes each step's raw output into OUTDIR and a summary.md of the
+# figures. Naming steps runs only those; sweep_7b, sweep_13b and sweep_70b (profile_tp.py --sweep: the launches of
+# symm's consumers, whose winners go into the kernels' "summed" entries by hand) run only when named, as on GPUs
+# other than those the committed entries were swept on.
 #   bash scripts/tp_check.sh OUTDIR [BUDGET_S [STEP ...]]
 # Needs .whl/ beside the checkout as scripts/gpu_check.sh does (the gguf wheel).
 set -uo pipefail
@@ -18,6 +18,7 @@ budget=${2:-570}
 only=" ${*:3} "
 mkdir -p "$out"
 . scripts/gpu_env.sh || exit 1
+SECONDS=0  # the budget is the steps': gpu_env.sh's few seconds of set-up are not theirs
 export OMP_NUM_THREADS=1
 tr="python3 -m torch.distributed.run --standalone --nproc-per-node 2"
 
@@ -65,7 +66,7 @@ for shape in 7b 13b 70b; do
     step "sweep_$shape" 240 $tr scripts/profile_tp.py --shape "llama-2-$shape" --sweep --out "$out/sweep_$shape.json"
   fi
 done
-step prefill_7b 100 $tr -m llamafast bench --random-weights --shape llama-2-7b --prefill --prompt-lens 4000 \
+step prefill_7b 100 $tr -m llamafast bench --random-weights --shape llama-2-7b --prefill --prompt-lens 512,4000 \
   --reps 5 --backend triton --out "$out/tp2_prefill_7b.json"
 step prefill_profile_7b 150 env LLAMAFAST_TP_TIMEOUT=300 $tr scripts/profile_tp_prefill.py --shape llama-2-7b \
   --tokens 4000 --out "$out/prefill_profile_7b.json"
@@ -111,6 +112,7 @@ if path.is_file():
 path = out / "tp2_prefill_7b.json"
 if path.is_file():
     for r in json.loads(path.read_text())["results"]:
-        print(f"- prefill 7B {r['prompt_tokens']} TP={r.get('tp', 1)} {r.get('tp_comm') or ''}: "
+        graphs = "prompt graphs" if r.get("prompt_graphs") else "eager"
+        print(f"- prefill 7B {r['prompt_tokens']} TP={r.get('tp', 1)} {r.get('tp_comm') or ''} {graphs}: "
               f"ttft {r['ttft_ms']:.2f} ms, vs TP=1 {r.get('vs_tp1') and round(r['vs_tp1'], 2)}")
 EOF

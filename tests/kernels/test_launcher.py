@@ -50,6 +50,10 @@ def _outputs(name: str, args: tuple, kw: dict) -> list[torch.Tensor]:
 def test_direct_launch_matches_triton_launch(name, monkeypatch):
     """Direct launches run the very kernel triton would: the outputs agree bit for bit, twice over."""
     args, kw = PREFILL[name].make_inputs(ODD, torch.bfloat16, DEVICE, 70, 19, None)
+    _assert_direct_equals_triton_path(name, args, kw, monkeypatch)
+
+
+def _assert_direct_equals_triton_path(name, args, kw, monkeypatch):
     monkeypatch.setattr(launcher, "_KNOBS", None)  # triton without knobs: every launch takes its own path
     want = [t.clone() for t in _outputs(name, args, kw)]
     monkeypatch.undo()
@@ -69,13 +73,7 @@ def test_direct_launch_with_host_descriptors_matches_triton_launch(name, monkeyp
                                          None)
     assert tiles.operands(args[0], [torch.empty(64, args[0].shape[1], dtype=torch.bfloat16, device=DEVICE)],
                           tiles.TileConfig(64, 64, 64, 4, 3))[1] == 1, "host descriptors at this length"
-    monkeypatch.setattr(launcher, "_KNOBS", None)
-    want = [t.clone() for t in _outputs(name, args, kw)]
-    monkeypatch.undo()
-    for _ in range(3):
-        got = _outputs(name, args, kw)
-        for g, w in zip(got, want):
-            assert torch.equal(g, w)
+    _assert_direct_equals_triton_path(name, args, kw, monkeypatch)
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     kept = [key for mod in ("tiles", "prefill_swiglu", "prefill_qkv_rope")
