@@ -22,9 +22,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from ._common import cdiv, dot_dim, next_pow2, pdl_capable
+from ._common import cdiv, dot_dim, next_pow2
 
 
 @dataclass(frozen=True)
@@ -65,11 +64,7 @@ def _decode_attention_split_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr,
     BLOCK_SPLITS: tl.constexpr,
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (use_pdl)
 ):
-    if PDL:  # let wo's GEMV start and read its first weight tile; wait for q, k and v (the kernel before)
-        gdc_launch_dependents()
-        gdc_wait()
     attention_split(
         tl.program_id(0), tl.program_id(1), q_ptr, k_ptr, v_ptr, pos_ptr, part_ptr, lse_ptr, stride_ch, stride_cs,
         n_splits, sm_scale, counter_ptr, out_ptr, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S, SPLIT_LEN, FP32,
@@ -168,16 +163,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         tickets(q.device, kvh), out,
         GROUP=h // kvh, HEAD_DIM=d, BLOCK_G=dot_dim(h // kvh), BLOCK_D=dot_dim(d),
         BLOCK_S=cfg.block_s, SPLIT_LEN=split_len, FP32=q.dtype == torch.float32,
-        BLOCK_SPLITS=next_pow2(n_splits), num_warps=cfg.num_warps, PDL=use_pdl(q.device),
-        launch_pdl=use_pdl(q.device),
+        BLOCK_SPLITS=next_pow2(n_splits), num_warps=cfg.num_warps,
     )
     return out
-
-
-def use_pdl(device: torch.device) -> bool:
-    """Programmatic dependent launch for the attention kernel: it starts during the last wave of RMSNorm + QKV,
-    waits for it, and lets wo's GEMV start at once."""
-    return pdl_capable(device)
 
 
 _TICKETS: dict[tuple[torch.device, int], torch.Tensor] = {}
