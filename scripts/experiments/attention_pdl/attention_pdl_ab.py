@@ -1,9 +1,11 @@
 """Decode attention under programmatic dependent launch, timed in one process: Llama-2-7B random weights in bf16
 and their FP8 E5M2 copy, each decoded with the attention kernel launched under PDL (it starts in RMSNorm + QKV's
-last wave and lets wo's GEMV start at once) and without, alternated twice. kernels/decode_attention.use_pdl
-decides; this replaces it. Each model's launches are tuned first, as bench does.
+last wave and lets wo's GEMV start at once) and without, alternated twice. tried.diff's
+kernels/decode_attention.use_pdl decides; this replaces it. Each model's launches are tuned first, as bench does.
+Runs with tried.diff applied (on def3cc6's parent), on a GPU:
 
-    PYTHONPATH=. python scripts/experiments/attention_pdl_ab.py
+    git apply scripts/experiments/attention_pdl/tried.diff
+    PYTHONPATH=. python scripts/experiments/attention_pdl/attention_pdl_ab.py
 """
 
 from __future__ import annotations
