@@ -31,10 +31,11 @@ from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 # (scripts/results/tune_prefill.txt, the run of record): 2048 is within 2% of one pass with half the activations
 # per pass; 1024 is 7% slower.
 PREFILL_CHUNK = 2048
-# The same under tensor parallelism, where prompts run eagerly (their collectives are not in prompt graphs): each
-# rank's share of a 2048-token chunk is too short to hide the host's launches. 2 x H100, 7B bf16 at TP=2, a
-# 4,000-token prompt (scripts/results/tp/h100x2_prefill/prefill_profile_7b.txt): symm 85.35 ms in chunks of 2048
-# (64.48 of kernels) against 61.23 in one of 4096 (59.65), nccl 94.06 against 60.82.
+# The same under tensor parallelism, timed eagerly: each rank's share of a 2048-token chunk is too short to hide
+# the host's launches. 2 x H100, 7B bf16 at TP=2, a 4,000-token prompt
+# (scripts/results/tp/h100x2_prefill/prefill_profile_7b.txt): symm 85.35 ms in chunks of 2048 (64.48 of kernels)
+# against 61.23 in one of 4096 (59.65), nccl 94.06 against 60.82. A chunk whose bucket was captured replays from
+# its prompt graph (prompt_graph.py), where the host no longer decides; the chunk was not timed again there.
 TP_PREFILL_CHUNK = 4096
 # The most alternatives recorded per token with logprobs: OpenAI's top_logprobs ranges over 0..20.
 MAX_TOP_LOGPROBS = 20
