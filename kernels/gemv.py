@@ -21,7 +21,7 @@ from llamafast.config import Weight, WeightFormat
 from ._common import INTERPRET, next_pow2, pdl_capable, w_fp8
 from .counters import wait_arrivals, wait_count
 from .gemv_int8 import dot_int8
-from .gemv_tiles import activation, first_tiles_fp8, load_tile, pair_tiles, row_scaled
+from .gemv_tiles import activation, load_tile, pair_tiles, row_scaled
 
 
 @triton.jit
@@ -64,11 +64,7 @@ def dot_rows(
     acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
     start = 0
-    if PDL and (W_FP8 == 1 or W_FP8 == 2):
-        acc, acc2, ss = first_tiles_fp8(w_ptr + offs, w2_ptr + offs, x_ptr, g_ptr, p_ptr, xo_ptr, row_mask, K, BLOCK_K,
-                                        NORM, PAIR, EVEN_K, W_FP8, PARTS, wait_ptr, wait_target, acc, acc2, ss)
-        start = 2 * BLOCK_K
-    elif PDL:
+    if PDL:
         k = tl.arange(0, BLOCK_K)
         w, w2 = _first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR)
         if PARTS > 0:

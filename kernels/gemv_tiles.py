@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ._common import decode_weights
-from .counters import wait_arrivals
 
 
 @triton.jit
@@ -72,25 +70,3 @@ def row_scaled(out, out2, s_ptr, s2_ptr, rows, row_mask, PAIR: tl.constexpr, W_F
         if PAIR:
             out2 = out2 * tl.load(s2_ptr + rows, mask=row_mask, other=0.0)
     return out, out2
-
-
-@triton.jit
-def first_tiles_fp8(row_ptrs, row_ptrs2, x_ptr, g_ptr, p_ptr, xo_ptr, row_mask, K, BLOCK_K: tl.constexpr,
-                     NORM: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-                     PARTS: tl.constexpr, wait_ptr, wait_target, acc, acc2, ss):
-    """gemv._first_tile for FP8 weights, whose tile holds half a bf16 tile's bytes: under programmatic dependent
-    launch the first two tiles are read as stored before the wait (the second masked along K: K may hold one tile
-    only), and multiplied into acc (and acc2) after it; ss gains x's squares."""
-    gdc_launch_dependents()
-    k = tl.arange(0, BLOCK_K)
-    w, w2 = pair_tiles(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K, W_FP8, PAIR)
-    wb, w2b = pair_tiles(row_ptrs, row_ptrs2, k + BLOCK_K, K, row_mask, False, W_FP8, PAIR)
-    gdc_wait()
-    if PARTS > 0:
-        wait_arrivals(wait_ptr, wait_target)
-    x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
-    xb, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k + BLOCK_K, K, NORM, False, PARTS)
-    acc += w.to(tl.float32) * x[None, :] + wb.to(tl.float32) * xb[None, :]
-    if PAIR:
-        acc2 += w2.to(tl.float32) * x[None, :] + w2b.to(tl.float32) * xb[None, :]
-    return acc, acc2, ss

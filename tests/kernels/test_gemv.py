@@ -95,21 +95,6 @@ def test_committed_launches_match_reference(name, key, launch):
     torch.testing.assert_close(got, spec.reference(*args, **kw), **tolerance(torch.bfloat16))
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", GEMVS)
-@pytest.mark.parametrize("fp8", [FP8Format.e5m2, FP8Format.e4m3], ids=str)
-@pytest.mark.parametrize("dim,hidden", [(640, 1000), (1536, 2560)])
-def test_fp8_under_pdl_matches_reference(name, fp8, dim, hidden):
-    """FP8 weights under programmatic dependent launch read their first two 1,024-wide tiles before the wait: K
-    of less than one tile (640, 1,000), between one and two (1,536) and more (2,560), the second masked along K."""
-    config = ModelConfig(dim=dim, n_layers=1, n_heads=dim // 128, hidden_dim=hidden, vocab_size=256)
-    spec = REGISTRY[name]
-    args, kw = spec.make_inputs(config, torch.bfloat16, DEVICE, 1, fp8)
-    w = args[1] if name.startswith("linear_residual") else args[2]
-    got = spec.kernel(*args, **kw, configs={gemv_key(w): GemvConfig(2, 1024, 1, pdl=True)})
-    torch.testing.assert_close(got, spec.reference(*args, **kw), **tolerance(torch.bfloat16))
-
-
 def test_every_registry_kernel_is_tested():
     """A kernel added to the registry lands here, or in a module of its own named in ELSEWHERE."""
     assert GEMVS == ["linear_residual[wo]", "rmsnorm_swiglu", "linear_residual[w2]", "rmsnorm_lm_head"]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on one H200: FP8 GEMVs under programmatic dependent launch reading their first two tiles before the
-# wait (the commit that adds kernels/gemv_tiles.first_tiles_fp8) against one (that commit's kernels reverted,
-# kernels.diff), `bench --fp8` alternated twice, each in its own process; then the GPU check of the commit.
+# wait (kernels.diff applied, as at 28a010d) against one (kernels.diff reverted), `bench --fp8` alternated twice,
+# each in its own process; then the GPU check of the tree with the diff.
+#   git apply scripts/experiments/fp8_first_tiles/kernels.diff
 #   GPU_CHECK_COMMIT=<sha> bash scripts/experiments/fp8_first_tiles/run.sh OUTDIR
 set -u
 out=${1:?}
