@@ -13,6 +13,8 @@ from ._common import decode_weights
 def load_tile(row_ptrs, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8: tl.constexpr):
     """A (BLOCK_N, BLOCK_K) weight tile as stored, read once: stream it past the cache. FP8 weights arrive as int8
     and are bitcast; the caller upcasts them where it multiplies."""
+    if W_FP8 == 1 or W_FP8 == 2:
+        k = k // 8 * 8 + k % 8
     if EVEN_K:  # no mask along K, so the loads stay 16 bytes wide
         w = tl.load(row_ptrs + k[None, :], mask=row_mask[:, None], other=0, eviction_policy="evict_first")
     else:
