@@ -44,6 +44,9 @@ COMMITTED = {
 # (scripts/experiments/step_launches_h200.txt); in FP8 E5M2 2.358 -> 2.318 (qkv's launch alone), then with every
 # FP8 GEMV under programmatic dependent launch (GemvConfig.pdl), which on the committed launches lost (2.317 ->
 # 2.401), 2.317 -> 2.190 with gate and up's and w2's launches chosen under it (step_launches_h200_pdl.txt).
+# FP8 tiles in the activations' layout (gemv_tiles.load_tile) moved the best launches: walked again under PDL,
+# 7B FP8 2.188 -> 2.117 ms/token, and 70B FP8 (whose keys had no entries) 20.81 -> 18.36 on the quick list
+# (scripts/experiments/fp8_layout/walk_7b.txt, walk_70b.txt).
 # The TP=2 shards' entries come from the same walk over rank 0's 7B and 13B shards with no communication (their
 # floor): 1.958 -> 1.877 and 3.552 -> 3.421 ms/token (step_launches_tp2_h200.txt, step_launches_13b_tp2_h200.txt).
 ON_GPU = {
