@@ -43,7 +43,6 @@ def dot_rows(
     complete once the flag at wait_ptr counts wait_target arrivals: under PDL the first weight tile is read
     before that wait, otherwise the wait comes first."""
     tl.static_assert(PREFETCH > 0 or not WAIT, "WAIT is the persistent kernel's, which prefetches")
-    tl.static_assert(not (WAIT and PDL), "the persistent kernel waits on counters, not on the kernel ahead")
     tl.static_assert(PARTS == 0 or PREFETCH == 0, "the ranks' partials reach the per-op GEMVs only")
     if PARTS > 0:
         if not PDL:
@@ -56,11 +55,11 @@ def dot_rows(
     if PREFETCH > 1:
         return _staged(w_ptr + offs, w2_ptr + offs, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
                        BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS, wait_ptr, wait_target, watchdog_ptr,
-                       WAIT, PREFETCH, PDL)
+                       WAIT, PREFETCH)
     if PREFETCH == 1:
         return _prefetched(w_ptr + offs, w2_ptr + offs, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
                            BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS, wait_ptr, wait_target, watchdog_ptr,
-                           WAIT, PDL)
+                           WAIT)
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # reduced once, after the loop
     acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
@@ -89,14 +88,14 @@ def dot_rows(
 def _prefetched(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
                 EVEN_K: tl.constexpr, W_FP8: tl.constexpr, PARTS: tl.constexpr, wait_ptr, wait_target, watchdog_ptr,
-                WAIT: tl.constexpr, PDL: tl.constexpr):
-    """dot_rows with each tile's load issued one step ahead of its multiply and kept as stored (bf16 or int8)
-    until then, each tile's products summed to its rows at once, so a program holds (BLOCK_N,) sums instead of
-    (BLOCK_N, BLOCK_K) fp32 tiles: two tiles in flight for the registers of one. The persistent kernel has few
-    programs per SM to hide latency with; a per-op GEMV's FP8 tile holds half a bf16 tile's bytes. The first tile
-    is read before the wait for x (weights are never written while decoding)."""
-    w, w2 = _tiles_before_wait(row_ptrs, row_ptrs2, tl.arange(0, BLOCK_K), K, row_mask, EVEN_K, W_FP8, PAIR,
-                               wait_ptr, wait_target, watchdog_ptr, WAIT, PDL)
+                WAIT: tl.constexpr):
+    """dot_rows for a persistent kernel, which has few programs per SM to hide latency with: each tile's load is
+    issued one step ahead of its multiply and kept as stored (bf16 or int8) until then, and each tile's products
+    are summed to its rows at once, so a program holds (BLOCK_N,) sums instead of (BLOCK_N, BLOCK_K) fp32 tiles.
+    The first tile is read before the wait for x (weights are never written while decoding)."""
+    w, w2 = pair_tiles(row_ptrs, row_ptrs2, tl.arange(0, BLOCK_K), K, row_mask, EVEN_K, W_FP8, PAIR)
+    if WAIT:
+        wait_count(wait_ptr, wait_target, watchdog_ptr)
     out = tl.zeros((BLOCK_N,), dtype=tl.float32)
     out2 = tl.zeros((BLOCK_N,), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
@@ -121,13 +120,14 @@ def _prefetched(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr,
 def _staged(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
             EVEN_K: tl.constexpr, W_FP8: tl.constexpr, PARTS: tl.constexpr, wait_ptr, wait_target, watchdog_ptr,
-            WAIT: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
+            WAIT: tl.constexpr, STAGES: tl.constexpr):
     """dot_rows for a persistent kernel, its tiles after the first copied to shared memory STAGES - 1 ahead of
     their multiply (cp.async, Triton's software pipeline), so a program has more bytes in flight than registers
     hold; the first tile is read into registers before the wait for x, as in _prefetched."""
     k = tl.arange(0, BLOCK_K)
-    w, w2 = _tiles_before_wait(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K, W_FP8, PAIR, wait_ptr, wait_target,
-                               watchdog_ptr, WAIT, PDL)
+    w, w2 = pair_tiles(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K, W_FP8, PAIR)
+    if WAIT:
+        wait_count(wait_ptr, wait_target, watchdog_ptr)
     x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, tl.zeros((BLOCK_K,), dtype=tl.float32), k, K, NORM, EVEN_K, PARTS)
     out = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
     out2 = tl.sum(w2.to(tl.float32) * x[None, :], axis=1)
@@ -139,21 +139,6 @@ def _staged(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, row
             out2 += tl.sum(load_tile(row_ptrs2, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :], axis=1)
     out, out2 = row_scaled(out, out2, s_ptr, s2_ptr, rows, row_mask, PAIR, W_FP8)
     return out, out2, tl.sum(ss, axis=0)
-
-
-@triton.jit
-def _tiles_before_wait(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-                       PAIR: tl.constexpr, wait_ptr, wait_target, watchdog_ptr, WAIT: tl.constexpr, PDL: tl.constexpr):
-    """The first tiles as stored, read before x is waited for: on the persistent kernel's counter (WAIT) or, under
-    PDL, on the kernel ahead, which the next kernel may then start beside (_first_tile)."""
-    if PDL:
-        gdc_launch_dependents()
-    w, w2 = pair_tiles(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K, W_FP8, PAIR)
-    if WAIT:
-        wait_count(wait_ptr, wait_target, watchdog_ptr)
-    if PDL:
-        gdc_wait()
-    return w, w2
 
 
 @triton.jit
@@ -186,10 +171,6 @@ class GemvConfig:
     # Launched under programmatic dependent launch even where use_pdl leaves the weights without it (FP8): set
     # where the whole step chose it with this launch (kernels.ON_GPU).
     pdl: bool = False
-    # 0: each program sums (BLOCK_N, BLOCK_K) fp32 products across the loop, one tile in flight; 1: each tile is
-    # loaded a step ahead and summed to rows at once (_prefetched); n > 1: tiles staged n - 1 ahead in shared
-    # memory (_staged). One GPU only: the tensor-parallel consumers add their partials on the first path.
-    prefetch: int = 0
 
 
 def gemv_config(table: dict[tuple, GemvConfig], w: torch.Tensor | Weight, summed: bool = False) -> GemvConfig:
@@ -230,8 +211,6 @@ def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: boo
     if pdl:
         on = use_pdl(w) or (cfg.pdl and pdl_capable(w.data.device))
         args.update(PDL=on, launch_pdl=on)
-    if cfg.prefetch:
-        args["PREFETCH"] = cfg.prefetch
     return args
 
 

@@ -48,10 +48,9 @@ def _linear_residual_kernel(
     N, K, stride_wn,  # sizes; W's row stride
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
-    PREFETCH: tl.constexpr = 0,  # GemvConfig.prefetch
 ):
     linear_residual_tile(tl.program_id(0), x_ptr, w_ptr, s_ptr, res_ptr, out_ptr, N, K, stride_wn, BLOCK_N, BLOCK_K,
-                         EVEN_K, W_FP8, PDL, PREFETCH=PREFETCH)
+                         EVEN_K, W_FP8, PDL)
 
 
 @triton.jit

@@ -56,12 +56,11 @@ def _rmsnorm_qkv_rope_kernel(
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
     t_ptr=None, ts_ptr=None, split=0, stride_tn=0, T_FMT: tl.constexpr = -1,  # rows from split on: tail weight
-    PREFETCH: tl.constexpr = 0,  # GemvConfig.prefetch
 ):
     qkv_rope_tile(
         tl.program_id(0), x_ptr, g_ptr, w_ptr, s_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
         N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps, HEAD_DIM, BLOCK_N, BLOCK_K, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS, PREFETCH=PREFETCH, t_ptr=t_ptr, ts_ptr=ts_ptr, split=split, stride_tn=stride_tn,
+        p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS, t_ptr=t_ptr, ts_ptr=ts_ptr, split=split, stride_tn=stride_tn,
         T_FMT=T_FMT,
     )
     if PARTS > 0:

@@ -62,19 +62,6 @@ def gemv_candidates(pair: bool, fp8: bool, quick: bool = False) -> list[GemvConf
     return out
 
 
-def prefetch_candidates(pair: bool, fp8: bool) -> list[GemvConfig]:
-    """Launches of the loop that loads each tile a step ahead and sums it to rows at once (GemvConfig.prefetch):
-    its registers hold two tiles as stored rather than one tile's fp32 products, so its tiles may be larger, up to
-    128 weights per thread (two FP8 tiles: 64 registers), at least 16."""
-    block_ks = [512, 1024, 2048, 4096] if fp8 else [256, 512, 1024, 2048]
-    out = []
-    for bn, bk, w in itertools.product([2, 4, 8, 16], block_ks, [1, 2, 4]):
-        per_thread = bn * bk * (2 if pair else 1) / (32 * w)
-        if 16 <= per_thread <= (128 if fp8 else 64):
-            out.append(GemvConfig(bn, bk, w, prefetch=1))
-    return out
-
-
 def attention_candidates(quick: bool = False) -> list[AttentionConfig]:
     """The full grid, or quick: the split counts, each with the two (block_s, warps) that were fastest at 7B's
     best split count at both 512 and 4,096 positions (scripts/results/tune_7b.txt: 8.0 and 8.2 us, 28.6 and

@@ -33,7 +33,7 @@ from llamafast.kernels import gemv  # noqa: E402
 from llamafast.kernels._common import pdl_capable  # noqa: E402
 from llamafast.load import random_model  # noqa: E402
 from llamafast.tuning import model_jobs  # noqa: E402
-from llamafast.tuning.sweep import gemv_candidates, prefetch_candidates  # noqa: E402
+from llamafast.tuning.sweep import gemv_candidates  # noqa: E402
 
 NOISE = 0.002  # a launch is kept where the step gains more than 0.2%: repeated steps differ by about 0.1%
 
@@ -42,17 +42,11 @@ NOISE = 0.002  # a launch is kept where the step gains more than 0.2%: repeated 
 ORDER = ["rmsnorm_swiglu", "linear_residual[w2]", "rmsnorm_qkv_rope", "linear_residual[wo]", "rmsnorm_lm_head"]
 
 
-def jobs(model, grid: str = "quick"):
+def jobs(model, quick: bool = True):
     """(table, key, candidates) per GEMV that tuning.model_jobs finds, in ORDER; FP8 and block weights take the
-    1-byte list, as tuning's sweep gives them; grid: quick (the quick list), full, or prefetch (the launches that
-    load each tile a step ahead, sweep.prefetch_candidates)."""
+    1-byte list, as tuning's sweep gives them; quick: the quick list, else the full grid."""
     gemvs = sorted((j for j in model_jobs(model) if j.kernel in ORDER), key=lambda j: ORDER.index(j.kernel))
-    out = []
-    for j in gemvs:
-        pair, fp8 = j.kernel == "rmsnorm_swiglu", j.fp8 is not None
-        grid_of = prefetch_candidates(pair, fp8) if grid == "prefetch" else gemv_candidates(pair, fp8, grid == "quick")
-        out.append((j.table, j.key, grid_of))
-    return out
+    return [(j.table, j.key, gemv_candidates(j.kernel == "rmsnorm_swiglu", j.fp8 is not None, quick)) for j in gemvs]
 
 
 def put(tables, table: str, key: tuple, launch) -> None:
@@ -73,19 +67,18 @@ def timed(model, steps: int, name: str) -> float:
     return ms
 
 
-def descend(model, steps: int, grids: list[str]) -> dict:
-    """Each GEMV's launch chosen by the whole step, one kernel at a time, a pass per grid (jobs' names); returns
-    {(table, key): launch} changed."""
+def descend(model, steps: int, grids: list[bool]) -> dict:
+    """Each GEMV's launch chosen by the whole step, one kernel at a time, a pass per grid (True: the quick list);
+    returns {(table, key): launch} changed."""
     tables, chosen = model.backend.launches, {}
     best = timed(model, steps, "committed")
-    for table, key, candidates in (job for grid in grids for job in jobs(model, grid)):
+    for table, key, candidates in (job for quick in grids for job in jobs(model, quick)):
         current = tables[table].get(key)
         for launch in candidates:
             if launch == current:
                 continue
             put(tables, table, key, launch)
-            ahead = f", prefetch {launch.prefetch}" if launch.prefetch else ""
-            ms = timed(model, steps, f"{table} {key}: {launch.block_n}x{launch.block_k}, {launch.num_warps} warps{ahead}")
+            ms = timed(model, steps, f"{table} {key}: {launch.block_n}x{launch.block_k}, {launch.num_warps} warps")
             if ms < best * (1 - NOISE):
                 best, current, chosen[(table, key)] = ms, launch, launch
         put(tables, table, key, current)
@@ -145,7 +138,7 @@ def main() -> None:
     p.add_argument("--shape", default="llama-2-7b")
     p.add_argument("--weights", nargs="+", default=["bf16", "fp8_e5m2"])
     p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--grids", nargs="+", choices=["quick", "full", "prefetch"], default=["quick"], help="a pass per grid")
+    p.add_argument("--grids", nargs="+", choices=["quick", "full"], default=["quick"], help="a pass per grid")
     p.add_argument("--pdl", action="store_true", help="FP8 GEMVs under programmatic dependent launch too")
     p.add_argument("--ab", action="store_true", help="this GPU's tables against the committed ones alone")
     p.add_argument("--world", type=int, default=1, help="rank 0's shard of this tensor-parallel size, no communication")
@@ -165,7 +158,7 @@ def main() -> None:
         if a.pdl:
             timed(model, a.steps, "committed, no PDL")
         with pdl_everywhere(a.pdl):
-            chosen = descend(model, a.steps, a.grids)
+            chosen = descend(model, a.steps, [g == "quick" for g in a.grids])
         print(f"chosen{' under PDL' if a.pdl else ''}: {chosen or 'the committed launches'}", flush=True)
         if chosen or a.pdl:
             confirm(model, chosen, {tk: before[tk] for tk in chosen}, a.steps, a.pdl)

@@ -73,24 +73,6 @@ def test_k_quants_in_a_partial_tile(fmt):
     torch.testing.assert_close(got, reference(x, w, res), **tolerance(torch.float32))
 
 
-# GemvConfig.prefetch: tiles loaded a step ahead and summed to rows at once (1), or staged in shared memory (3). K of
-# 64 is one whole tile; the odd shape's 96 and 200 end in partial ones.
-AHEAD = [pytest.param(GemvConfig(2, 64, 1, prefetch=1), id="ahead1"),
-         pytest.param(GemvConfig(4, 64, 2, prefetch=3), id="staged3")]
-
-
-@pytest.mark.parametrize("launch", AHEAD)
-@pytest.mark.parametrize("name", GEMVS)
-@pytest.mark.parametrize("fp8", FP8, ids=str)
-@pytest.mark.parametrize("config", [p for p in SHAPES if not p.marks])
-def test_tiles_loaded_ahead_match_reference(config, fp8, name, launch):
-    spec = REGISTRY[name]
-    args, kw = spec.make_inputs(config, torch.bfloat16, DEVICE, 1, fp8)
-    w = args[1] if name.startswith("linear_residual") else args[2]
-    got = spec.kernel(*args, **kw, configs={gemv_key(w): launch})
-    torch.testing.assert_close(got, spec.reference(*args, **kw), **tolerance(torch.bfloat16))
-
-
 # Every committed launch of float weights, at its own shape, a GPU model's own too (kernels.ON_GPU): (registry
 # kernel, key, launch) where the registry kernel's inputs take the key's (N, K) as (F, C), (C, F) or (V, C); the
 # tensor-parallel shards' shapes are among them.

@@ -9,9 +9,9 @@ from llamafast.config import MODEL_CONFIGS, FP8Format, ModelConfig, Weight, Weig
 from llamafast.kernels import ON_GPU
 from llamafast.measure.registry import REGISTRY, weight
 
-from llamafast.kernels.gemv import GemvConfig, gemv_key
+from llamafast.kernels.gemv import gemv_key
 
-from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, ODD, SHAPES, launches, tolerance
+from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, SHAPES, launches, tolerance
 
 SPEC = REGISTRY["rmsnorm_qkv_rope"]
 
@@ -67,15 +67,6 @@ def test_own_int8_matches_reference(config, fmt, v_fmt):
     _, own = launches(w)
     check_against_reference(config, torch.float32, 7, None, (x, g, w, cos, sin, pos, k_cache, v_cache, eps),
                             {"configs": {gemv_key(w): own}})
-
-
-@pytest.mark.parametrize("prefetch", [1, 3])
-@pytest.mark.parametrize("fp8", FP8, ids=str)
-def test_tiles_loaded_ahead_match_reference(fp8, prefetch):
-    """GemvConfig.prefetch at the odd shape: K = 96 in 64-wide tiles, the second partial."""
-    args, _ = SPEC.make_inputs(ODD, torch.bfloat16, DEVICE, 7, fp8)
-    launch = GemvConfig(4, 64, 2, prefetch=prefetch)
-    check_against_reference(ODD, torch.bfloat16, 7, fp8, args, {"configs": {gemv_key(args[2]): launch}})
 
 
 # A GPU model's own launches (kernels.ON_GPU) at their shapes: the committed table's are swept at 7B on the GPU.

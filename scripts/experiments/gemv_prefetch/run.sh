@@ -1,5 +1,9 @@
-# On one GPU, from the repository root: the prefetching GEMV launches' tests, then the whole-step walk of their
-# launches (step_launches.py --grids prefetch) for the weights given, each stage under its own time limit.
+# The per-op GEMVs with each tile loaded a step ahead and summed to rows at once (GemvConfig.prefetch = 1, the
+# persistent kernel's _prefetched loop, under PDL too), which holds two FP8 tiles in the registers of one tile's
+# fp32 products. On one H200 at b54a8c5 every such launch lost in the whole 7B FP8 step, by 0.7-85%: best 2.2052
+# ms/token against 2.1901 for the committed launches (walk_7b_fp8.txt), so the code was taken out again. To
+# repeat: `git apply scripts/experiments/gemv_prefetch/tried.diff` on a tree of that time, then from the
+# repository root on one GPU: the launches' tests, then the walk (step_launches.py --grids prefetch).
 #   bash scripts/experiments/gemv_prefetch/run.sh OUT_DIR "fp8_e5m2 bf16" [SECONDS_PER_WALK]
 set -u
 out=$1; weights=$2; limit=${3:-330}
