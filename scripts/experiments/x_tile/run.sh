@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One call on one H200: the GEMVs loading x in their weight tile's shape where the tile's warps split its rows
+# (gemv.x_tile; kernels.diff applied) against the (BLOCK_K,) slice that Triton moves through shared memory there
+# (kernels.diff reverted), each in its own process: `bench --fp8` (7B bf16 and FP8) and the TP=2 floor
+# (profile_tp.py --world 2: TP=1 and rank 0's 7B shard with no communication); then the GPU check of the tree
+# with the diff.
+#   GPU_CHECK_COMMIT=<sha> bash scripts/experiments/x_tile/run.sh OUTDIR
+set -u
+out=${1:?}
+mkdir -p "$out"
+. scripts/gpu_env.sh || exit 1
+here=scripts/experiments/x_tile
+SECONDS=0
+for variant in tile slice; do
+  [ "$variant" = slice ] && git apply -R "$here/kernels.diff"
+  timeout 60 python3 -m llamafast bench --random-weights --shape llama-2-7b --fp8 --backend triton \
+    > "$out/bench_$variant.txt" 2>&1
+  echo "bench $variant: exit $? ${SECONDS}s" | tee -a "$out/log.txt"
+  grep -E "triton +│ (bfloat16|fp8_e5m2)" "$out/bench_$variant.txt" | tee -a "$out/log.txt"
+  timeout 90 python3 scripts/profile_tp.py --world 2 --shape llama-2-7b --out "$out/floor_$variant.json" \
+    > "$out/floor_$variant.txt" 2>&1
+  echo "floor $variant: exit $? ${SECONDS}s" | tee -a "$out/log.txt"
+  tail -4 "$out/floor_$variant.txt" | tee -a "$out/log.txt"
+  [ "$variant" = slice ] && git apply "$here/kernels.diff"
+done
+timeout $((585 - SECONDS)) bash scripts/gpu_check.sh "$out/gc"
+echo "gpu_check: exit $? ${SECONDS}s" | tee -a "$out/log.txt"
