@@ -21,7 +21,7 @@ from llamafast.config import Weight, WeightFormat
 from ._common import INTERPRET, next_pow2, pdl_capable, w_fp8
 from .counters import wait_arrivals, wait_count
 from .gemv_int8 import dot_int8
-from .gemv_tiles import activation, activation_at, load_tile, pair_tiles, row_scaled
+from .gemv_tiles import activation, load_tile, pair_tiles, row_scaled
 
 
 @triton.jit
@@ -38,7 +38,6 @@ def dot_rows(
     wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT, PARTS: x is ready once *wait_ptr >= wait_target
     WAIT: tl.constexpr = False,  # with PREFETCH only: the persistent kernel's path
     PREFETCH: tl.constexpr = 0,  # 1: each weight tile loaded one step ahead (_prefetched); n > 1: _staged
-    X_TILE: tl.constexpr = False,  # x loaded in the weight tile's shape (x_tile); not with PARTS
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0. With PARTS, x is
     complete once the flag at wait_ptr counts wait_target arrivals: under PDL the first weight tile is read
@@ -70,17 +69,17 @@ def dot_rows(
         w, w2 = _first_tile(w_ptr + offs, w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8, PAIR)
         if PARTS > 0:
             wait_arrivals(wait_ptr, wait_target)
-        x, ss = activation_at(x_ptr, g_ptr, p_ptr, xo_ptr, ss, rows, k, K, NORM, EVEN_K, PARTS, X_TILE)
-        acc += w * x
+        x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
+        acc += w * x[None, :]
         if PAIR:
-            acc2 += w2 * x
+            acc2 += w2 * x[None, :]
         start = BLOCK_K
     for k0 in range(start, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
-        x, ss = activation_at(x_ptr, g_ptr, p_ptr, xo_ptr, ss, rows, k, K, NORM, EVEN_K, PARTS, X_TILE)
-        acc += load_tile(w_ptr + offs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x
+        x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
+        acc += load_tile(w_ptr + offs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :]
         if PAIR:
-            acc2 += load_tile(w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x
+            acc2 += load_tile(w2_ptr + offs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :]
     out, out2 = row_scaled(tl.sum(acc, axis=1), tl.sum(acc2, axis=1), s_ptr, s2_ptr, rows, row_mask, PAIR, W_FP8)
     return out, out2, tl.sum(ss, axis=0)
 
@@ -202,11 +201,9 @@ def gemv_key(w: torch.Tensor | Weight) -> tuple:
     return (*w.shape, w.element_size())
 
 
-def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: bool = False,
-                x: torch.Tensor | None = None) -> dict:
+def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: bool = False) -> dict:
     """The meta-parameters and launch options every GEMV kernel takes, for weight w; pdl: the kernel takes PDL and
-    may be launched with it (the dense decode kernels, when use_pdl or cfg.pdl); x: the kernel takes X_TILE and
-    multiplies x, without the tensor-parallel ranks' partials."""
+    may be launched with it (the dense decode kernels, when use_pdl or cfg.pdl)."""
     args = {
         "BLOCK_N": block_n or cfg.block_n, "BLOCK_K": cfg.block_k, "EVEN_K": w.shape[1] % cfg.block_k == 0,
         "W_FP8": w_fp8(w), "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
@@ -214,19 +211,7 @@ def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: boo
     if pdl:
         on = use_pdl(w) or (cfg.pdl and pdl_capable(w.data.device))
         args.update(PDL=on, launch_pdl=on)
-    if x is not None:
-        args["X_TILE"] = x_tile(cfg, w, x)
     return args
-
-
-def x_tile(cfg: GemvConfig, w: Weight, x: torch.Tensor) -> bool:
-    """Whether dot_rows loads x in the weight tile's (BLOCK_N, BLOCK_K) shape (gemv_tiles.activation_rows) rather
-    than as a (BLOCK_K,) slice broadcast over the rows. Triton spreads the slice over all of a program's threads;
-    where the tile's warps split its rows instead (BLOCK_K below 8 weights x 32 threads x the warps), the two
-    layouts differ and x moved through shared memory, with two barriers, in every loop step (sm_90a SASS). Only
-    for 2-byte x against float and FP8 weights of at most 2 bytes, whose tiles load 8 weights a thread as x does."""
-    small = w.data.element_size() <= 2 and not w.fmt.is_block
-    return small and x.element_size() == 2 and cfg.block_k < 8 * 32 * cfg.num_warps
 
 
 def use_pdl(w: Weight) -> bool:

@@ -58,33 +58,6 @@ def activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM: tl.constexpr, EVEN_K
 
 
 @triton.jit
-def activation_at(x_ptr, g_ptr, p_ptr, xo_ptr, ss, rows, k, K, NORM: tl.constexpr, EVEN_K: tl.constexpr,
-                  PARTS: tl.constexpr, X_TILE: tl.constexpr):
-    """x's K-slice k, ready to multiply a (BLOCK_N, BLOCK_K) weight tile, and ss with its squares added."""
-    if X_TILE:
-        tl.static_assert(PARTS == 0, "the ranks' partials are added to a (BLOCK_K,) slice")
-        x, ss = activation_rows(x_ptr, g_ptr, ss, rows, k, K, NORM, EVEN_K)
-    else:
-        x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
-        x = x[None, :]
-    return x, ss
-
-
-@triton.jit
-def activation_rows(x_ptr, g_ptr, ss, rows, k, K, NORM: tl.constexpr, EVEN_K: tl.constexpr):
-    """activation's K-slice (no partials) as a (BLOCK_N, BLOCK_K) tile of equal rows, loaded in the weight tile's
-    shape so that Triton gives it the tile's layout (gemv.x_tile says when that matters); ss gains the squares of
-    a (BLOCK_K,) load of it."""
-    kk = k[None, :] + (rows * 0)[:, None]
-    x = load_vector(x_ptr, kk, K, EVEN_K)
-    if NORM:
-        xs = load_vector(x_ptr, k, K, EVEN_K)
-        ss += xs * xs
-        x = x * load_vector(g_ptr, kk, K, EVEN_K)
-    return x, ss
-
-
-@triton.jit
 def add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K: tl.constexpr, PARTS: tl.constexpr):
     """x + the ranks' partial sums (PARTS rows of K fp32, added in rank order, so every rank gets the same bits),
     rounded to the residual stream's dtype as the one-GPU linear_residual rounds it; program 0 stores it."""

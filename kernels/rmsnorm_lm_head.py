@@ -48,13 +48,12 @@ def _rmsnorm_lm_head_kernel(
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     table_ptr=None, flags_table=None, counter_ptr=None, offset=0, flag_offset=0, WORLD: tl.constexpr = 0,  # push
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
-    X_TILE: tl.constexpr = False,  # gemv.x_tile
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < V
     acc, _, ss = dot_rows(
         w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS, X_TILE=X_TILE,
+        p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS,
     )
     logits = acc * tl.rsqrt(ss / C + eps)
     if WORLD > 0:  # a vocabulary shard: into every rank's logits row
@@ -86,7 +85,7 @@ def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float
     cfg = gemv_config(CONFIGS if configs is None else configs, w, summed=summed)
     _rmsnorm_lm_head_kernel[(cdiv(v, cfg.block_n),)](
         gemv_input(x, w, cfg, norm_w), norm_w, w.data, scale_arg(w), out, v, c, w.data.stride(0), eps,
-        **launch_args(cfg, w, pdl=True, x=None if summed else x),
+        **launch_args(cfg, w, pdl=True),
         **parts,
     )
     return None if push is not None else out

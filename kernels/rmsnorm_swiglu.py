@@ -56,10 +56,9 @@ def _rmsnorm_swiglu_kernel(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
-    X_TILE: tl.constexpr = False,  # gemv.x_tile
 ):
     swiglu_tile(tl.program_id(0), x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, stride_wn, eps,
-                BLOCK_N, BLOCK_K, EVEN_K, W_FP8, p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS, X_TILE=X_TILE)
+                BLOCK_N, BLOCK_K, EVEN_K, W_FP8, p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS)
     if PARTS > 0:
         release_slot(f_ptr)
 
@@ -70,7 +69,7 @@ def swiglu_tile(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0, PDL: tl.constexpr = False,
     wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
-    PREFETCH: tl.constexpr = 0, X_TILE: tl.constexpr = False,
+    PREFETCH: tl.constexpr = 0,
 ):
     """Output rows (neurons) tile * BLOCK_N ... ."""
     rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -78,7 +77,7 @@ def swiglu_tile(
     gate, up, ss = dot_rows(
         w1_ptr, w3_ptr, s1_ptr, s3_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, True, EVEN_K, W_FP8,
         p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT,
-        PREFETCH, X_TILE,
+        PREFETCH,
     )
     rstd = tl.rsqrt(ss / C + eps)
     a, b = gate * rstd, up * rstd
@@ -101,6 +100,6 @@ def rmsnorm_swiglu(x, norm_w, w1: Weight, w3: Weight, eps, configs=None):
     cfg = gemv_config(CONFIGS if configs is None else configs, w1, summed=bool(parts))
     _rmsnorm_swiglu_kernel[(cdiv(f, cfg.block_n),)](
         gemv_input(x, w1, cfg, norm_w), norm_w, a, b, scale_arg(w1), scale_arg(w3), out,
-        f, c, a.stride(0), eps, **launch_args(cfg, w1, pdl=True, x=None if parts else x), **parts
+        f, c, a.stride(0), eps, **launch_args(cfg, w1, pdl=True), **parts
     )
     return out

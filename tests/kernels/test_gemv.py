@@ -114,21 +114,3 @@ def test_a_launch_takes_pdl_where_its_weights_would_not(monkeypatch):
     pdl = {(cfg, w is fp8): launch_args(cfg, w, pdl=True)["PDL"] for cfg in (plain, chosen) for w in (fp8, bf16)}
     assert pdl == {(plain, True): False, (chosen, True): True, (plain, False): True, (chosen, False): True}
     assert "PDL" not in launch_args(chosen, fp8)  # a kernel that takes no PDL
-
-
-def test_x_loads_in_the_tiles_shape_where_its_warps_split_rows():
-    """gemv.x_tile: 8 bf16 weights a thread x 32 threads span 256 of K, so a tile of 256 under 2 warps puts its
-    warps on rows, and x is loaded in the tile's shape; 512 under 2 warps spans K with them. Not for fp32 x, whose
-    loads hold 4, nor for block weights, whose x is int8."""
-    from llamafast.config import WeightFormat
-    from llamafast.kernels.gemv import x_tile
-    from llamafast.measure.registry import weight
-
-    bf16 = weight(64, 512, torch.bfloat16, DEVICE, None)
-    fp8 = weight(64, 512, torch.bfloat16, DEVICE, FP8Format.e5m2)
-    q4 = weight(64, 512, torch.float32, DEVICE, WeightFormat.q4_0)
-    x, x32 = torch.zeros(1, 512, dtype=torch.bfloat16), torch.zeros(1, 512)
-    split, spanned = GemvConfig(4, 256, 2), GemvConfig(2, 512, 2)
-    assert x_tile(split, bf16, x) and x_tile(split, fp8, x)
-    assert not x_tile(spanned, bf16, x) and not x_tile(split, bf16, x32) and not x_tile(split, q4, x)
-    assert launch_args(split, bf16, x=x)["X_TILE"] and "X_TILE" not in launch_args(split, bf16)
