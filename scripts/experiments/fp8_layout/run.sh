@@ -3,7 +3,7 @@
 # multiply (kernels.diff applied), against 16 bytes a thread, which Triton meets with a shared-memory round trip
 # of x and two barriers in every loop step (kernels.diff reverted): `bench --fp8` alternated twice, each in its
 # own process; then the whole-step walk of FP8 launches on the new tiles (step_launches.py --grids quick --pdl).
-#   bash scripts/experiments/fp8_layout/run.sh OUTDIR [WALK_SECONDS]
+#   bash scripts/experiments/fp8_layout/run.sh OUTDIR [WALK_SECONDS]   (its log: narrow_wide_log.txt, bench_*_[12].txt, walk_7b_quick.txt)
 set -u
 out=${1:?}; walk=${2:-200}
 mkdir -p "$out"
