@@ -2,7 +2,8 @@
 # One call on one H200: the FP8 decode of 70B and 7B with the 8-byte FP8 tiles and their walked H200 launches
 # (this tree) and without them (since_bdf4a14.diff reverted: the kernels as at bdf4a14), each bench in its own
 # process, the 70B pair first.
-#   bash scripts/experiments/fp8_layout/before_after.sh OUTDIR   (its log: before_after_log.txt, bench_7b_*.txt, bench_70b_*.txt)
+#   bash scripts/experiments/fp8_layout/before_after.sh OUTDIR
+# (its outputs here: before_after_log.txt, bench_7b_*.txt, bench_70b_*.txt)
 set -u
 out=${1:?}
 mkdir -p "$out"
