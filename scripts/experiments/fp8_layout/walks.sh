@@ -1,6 +1,6 @@
 # The whole-step walks of FP8 launches on the 8-byte tiles, on one H200: 7B (the quick list, then the full grid)
 # and 70B (the quick list), each under PDL and its own time limit.
-#   bash scripts/experiments/fp8_layout/walks.sh OUTDIR   (its outputs: walk_7b.txt, walk_70b.txt)
+#   bash scripts/experiments/fp8_layout/walks.sh OUTDIR   (its outputs here, at 8b5b28f: walk_7b.txt, walk_70b.txt)
 set -u
 out=$1; mkdir -p $out
 . scripts/gpu_env.sh || exit 1
