@@ -7,8 +7,9 @@ fp32 sum every CHUNK products. This emulates that arithmetic on the reference pa
 product of two fp16 values is exact in fp32, each accumulation rounded once to fp16) and decodes a text
 teacher-forced, one token at a time, with FP8 E5M2 weights: fp32 products of x rounded to bf16 (what the
 kernels do) against fp16 chunks of 8 and 32 products of x rounded to bf16, then to fp16. The model runs in fp32
-(bf16 matmuls are slow on a CPU) and rounds each FP8 product's input to bf16, as a bf16 model's would be. Prints KL(fp32 products || fp16 products), top-1 agreement and how many fp16 sums
-overflowed, beside KL(bf16 weights || FP8 weights) for scale. On the CPU:
+(bf16 matmuls are slow on a CPU) and rounds each FP8 product's input to bf16, as a bf16 model's would be. Prints
+KL(fp32 products || fp16 products), top-1 agreement and how many fp16 sums overflowed, beside KL(float weights ||
+FP8 weights) for scale. On the CPU (about 30 minutes on two cores):
 
     python scripts/experiments/fp16_products/quality.py
 """
