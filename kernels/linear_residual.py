@@ -32,7 +32,7 @@ CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
     (8192, 4096, 2): GemvConfig(block_n=4, block_k=512, num_warps=1),  # 18.5 us, 70B
     (8192, 14336, 2): GemvConfig(block_n=2, block_k=1024, num_warps=1),  # 58.2 us, 70B
 }
-# An H200's own launches, chosen by the whole step of 7B, 70B's FP8 and 7B's TP=2 shards (kernels.ON_GPU says how).
+# An H200's own launches, chosen by the whole step of 7B, of 70B in FP8 and of TP=2 shards (kernels.ON_GPU says how).
 H200: dict[tuple, GemvConfig] = {
     (4096, 4096, 2): GemvConfig(block_n=4, block_k=1024, num_warps=2),
     (4096, 4096, 1): GemvConfig(block_n=4, block_k=1024, num_warps=4, pdl=True),

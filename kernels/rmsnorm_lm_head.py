@@ -27,7 +27,7 @@ CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
     (16000, 5120, 2): GemvConfig(block_n=8, block_k=512, num_warps=2),  # 41.8 us
     (16000, 8192, 2): GemvConfig(block_n=8, block_k=512, num_warps=2),  # 63.9 us, 70B
 }
-# An H200's own launches, chosen by the whole step of 7B, 70B's FP8 and 7B's TP=2 shards (kernels.ON_GPU says how).
+# An H200's own launches, chosen by the whole step of 7B, of 70B in FP8 and of TP=2 shards (kernels.ON_GPU says how).
 H200: dict[tuple, GemvConfig] = {
     (32000, 4096, 1): GemvConfig(block_n=8, block_k=256, num_warps=1, pdl=True),
     (32000, 8192, 1): GemvConfig(block_n=2, block_k=512, num_warps=2, pdl=True),  # 70B

@@ -38,7 +38,7 @@ CONFIGS: dict[tuple, GemvConfig] = {
     # scripts/results/tp/h100x2_sweep/sweep_7b.txt): 2.997 ms/token against 3.187 with the entry above.
     (6144, 4096, 2, "summed"): GemvConfig(block_n=16, block_k=512, num_warps=4),
 }
-# An H200's own launches, chosen by the whole step of 7B, 70B's FP8 and 7B's TP=2 shards (kernels.ON_GPU says how).
+# An H200's own launches, chosen by the whole step of 7B, of 70B in FP8 and of TP=2 shards (kernels.ON_GPU says how).
 H200: dict[tuple, GemvConfig] = {
     (12288, 4096, 2): GemvConfig(block_n=8, block_k=256, num_warps=2),
     (12288, 4096, 1): GemvConfig(block_n=32, block_k=256, num_warps=8, pdl=True),

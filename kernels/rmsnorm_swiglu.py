@@ -40,7 +40,7 @@ CONFIGS: dict[tuple, GemvConfig] = {
     (6912, 5120, 2, "summed"): GemvConfig(block_n=16, block_k=256, num_warps=4),
     (14336, 8192, 2, "summed"): GemvConfig(block_n=4, block_k=1024, num_warps=4),
 }
-# An H200's own launches, chosen by the whole step of 7B, 70B's FP8 and 7B's TP=2 shards (kernels.ON_GPU says how).
+# An H200's own launches, chosen by the whole step of 7B, of 70B in FP8 and of TP=2 shards (kernels.ON_GPU says how).
 H200: dict[tuple, GemvConfig] = {
     (11008, 4096, 2): GemvConfig(block_n=2, block_k=1024, num_warps=2),
     (11008, 4096, 1): GemvConfig(block_n=2, block_k=512, num_warps=2, pdl=True),
