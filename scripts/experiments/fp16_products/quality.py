@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
 
-from llamafast import reference
-from llamafast.config import Backend, FP8Format, WeightFormat
-from llamafast.load import load_model
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from int8_activation_quality import decode_logp, kl  # noqa: E402
+
+from llamafast import reference  # noqa: E402
+from llamafast.config import Backend, FP8Format, WeightFormat  # noqa: E402
+from llamafast.load import load_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 TESTDATA = Path(os.environ.get("LLAMAFAST_TESTDATA", ROOT.parent / "shared" / "testdata"))
@@ -72,17 +77,6 @@ def patch(chunk: int | None) -> None:
     reference.product, reference.normed_products = product, normed_products
 
 
-@torch.no_grad()
-def decode_logp(model, ids: list[int]) -> torch.Tensor:
-    model.setup_cache(len(ids))
-    rows = [model(torch.tensor(ids[i:i + 1]), torch.tensor(i)).float().view(-1) for i in range(len(ids))]
-    return torch.log_softmax(torch.stack(rows), -1)
-
-
-def kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    return (p.exp() * (p - q)).sum(-1)
-
-
 def texts(name: str, tokenizer) -> list[list[int]]:
     """Token ids decoded teacher-forced: each golden prompt and its greedy continuation."""
     if name == "smollm2":
@@ -101,8 +95,8 @@ def main() -> None:
         base = load_model(path, device=cpu, backend=Backend.reference, dtype="float32")
         fp8 = load_model(path, device=cpu, backend=Backend.reference, dtype="float32", fp8=FP8Format.e5m2)
         all_ids = texts(name, base.tokenizer)
-        plain = [decode_logp(base.model, ids) for ids in all_ids]
-        fp32 = [decode_logp(fp8.model, ids) for ids in all_ids]
+        plain = [decode_logp(base.model, ids, False) for ids in all_ids]
+        fp32 = [decode_logp(fp8.model, ids, False) for ids in all_ids]
         positions = sum(len(ids) for ids in all_ids)
         k = torch.cat([kl(a, b) for a, b in zip(plain, fp32)])
         print(f"{path.name}, reference backend, {positions} positions of {len(all_ids)} texts", flush=True)
@@ -110,7 +104,7 @@ def main() -> None:
         for chunk in (8, 32):
             overflows.update(sums=0, inf=0)
             patch(chunk)
-            fp16 = [decode_logp(fp8.model, ids) for ids in all_ids]
+            fp16 = [decode_logp(fp8.model, ids, False) for ids in all_ids]
             k = torch.cat([kl(a, b) for a, b in zip(fp32, fp16)])
             agree = torch.cat([(a.argmax(-1) == b.argmax(-1)).float() for a, b in zip(fp32, fp16)])
             print(f"  KL(fp32 products || fp16 chunks of {chunk}): mean {k.mean():.5f} nats, p99 "
