@@ -24,7 +24,8 @@ from llamafast.kernels.gemv import launch_args  # noqa: E402
 
 
 def loops(listing: str) -> list[tuple[int, int, int]]:
-    """(instructions, LDG, FFMA) of each loop: a label's lines up to the branch back to it."""
+    """(instructions, LDG, FFMA) of each loop's path through its body: a label's lines up to the first branch,
+    the branch back to it or one past a block that only some steps run."""
     lines = listing.splitlines()
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line.strip()))}
     out = []
@@ -32,6 +33,7 @@ def loops(listing: str) -> list[tuple[int, int, int]]:
         m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
         if m and labels.get(m.group(1), i) < i:
             body = lines[labels[m.group(1)]:i]
+            body = body[:next((j for j, b in enumerate(body) if "BRA" in b), len(body))]
             out.append((len(body), sum("LDG" in b for b in body), sum("FFMA" in b for b in body)))
     return [b for b in out if b[0] > 10]
 
