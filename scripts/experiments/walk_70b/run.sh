@@ -1,15 +1,11 @@
 #!/usr/bin/env bash
 # One call on one H200: 70B's FP8 E5M2 GEMV launches walked under PDL over tuning's full grid (the quick list was
 # walked in scripts/experiments/fp8_layout/walk_70b.txt), from the H200 tables.
+#   bash scripts/experiments/walk_70b/run.sh OUTDIR
 # At 1504cb8: nothing kept (walk_70b_full.txt): its choices timed again 18.46-19.00 ms/token against the committed
 # 18.63-18.93, within the 1.5% that 30 steps a launch vary by at 70B.
-#   bash scripts/experiments/walk_70b/run.sh OUTDIR
-set -u
-out=${1:?}
-mkdir -p "$out"
-. scripts/gpu_env.sh || exit 1
-SECONDS=0
+. scripts/experiments/record.sh "$@"
 walk="python3 scripts/experiments/step_launches.py --shape llama-2-70b --weights fp8_e5m2 --steps 30 --pdl"
 echo "# $walk --grids full" > "$out/walk_70b_full.txt"
 timeout 420 $walk --grids full >> "$out/walk_70b_full.txt" 2>&1
-echo "walk 70b full: exit $? ${SECONDS}s" | tee -a "$out/log.txt"
+logged "walk 70b full" $?
