@@ -20,12 +20,12 @@ from triton.runtime import driver  # noqa: E402
 
 from llamafast.backends import build, layer_tensors  # noqa: E402
 from llamafast.config import MODEL_CONFIGS, Backend, WeightFormat  # noqa: E402
-from llamafast.quant import FP8Format  # noqa: E402
 from llamafast.kernels import decode_step  # noqa: E402
 from llamafast.kernels import decode_step_plan as plan  # noqa: E402
 from llamafast.load.blocks import MIXES, block_state, copy_formats  # noqa: E402
 from llamafast.load.shard import Shard, random_shard  # noqa: E402
 from llamafast.load.weights import random_state  # noqa: E402
+from llamafast.quant import FP8Format  # noqa: E402
 
 
 class H100:
