@@ -4,23 +4,19 @@
 # process, the 70B pair first.
 #   bash scripts/experiments/fp8_layout/before_after.sh OUTDIR
 # (its outputs here: before_after_log.txt, bench_7b_*.txt, bench_70b_*.txt)
-set -u
-out=${1:?}
-mkdir -p "$out"
-. scripts/gpu_env.sh || exit 1
-here=scripts/experiments/fp8_layout
-SECONDS=0
+. scripts/experiments/record.sh "$@"
+diff=scripts/experiments/fp8_layout/since_bdf4a14.diff
 b="python3 -m llamafast bench --random-weights --fp8 --backend triton"
 for shape in 70b 7b; do
   for variant in after before; do
-    [ "$variant" = before ] && git apply -R "$here/since_bdf4a14.diff"
+    as=""
+    [ "$variant" = before ] && as="reverted $diff"
     if [ "$shape" = 70b ]; then
-      timeout 110 $b --shape llama-2-70b --new-tokens 128 > "$out/bench_${shape}_$variant.txt" 2>&1
+      $as timeout 110 $b --shape llama-2-70b --new-tokens 128 > "$out/bench_${shape}_$variant.txt" 2>&1
     else
-      timeout 40 $b --shape llama-2-7b > "$out/bench_${shape}_$variant.txt" 2>&1
+      $as timeout 40 $b --shape llama-2-7b > "$out/bench_${shape}_$variant.txt" 2>&1
     fi
-    echo "$shape $variant: exit $? ${SECONDS}s" | tee -a "$out/log.txt"
-    [ "$variant" = before ] && git apply "$here/since_bdf4a14.diff"
+    logged "$shape $variant" $?
     grep -E "triton +│ (bfloat16|fp8_e5m2)" "$out/bench_${shape}_$variant.txt" | tee -a "$out/log.txt"
   done
 done

@@ -10,23 +10,19 @@
 # (qkv's FP8 launch, 32 rows and 8 warps: 256 against 129 in sm_90a SASS). The GPU tests passed on it
 # (gpu_check_summary.md). To repeat: `git apply scripts/experiments/x_tile/kernels.diff` at 2c1c737, commit, then
 #   GPU_CHECK_COMMIT=<sha> bash scripts/experiments/x_tile/run.sh OUTDIR
-set -u
-out=${1:?}
-mkdir -p "$out"
-. scripts/gpu_env.sh || exit 1
-here=scripts/experiments/x_tile
-SECONDS=0
+. scripts/experiments/record.sh "$@"
+diff=scripts/experiments/x_tile/kernels.diff
 for variant in tile slice; do
-  [ "$variant" = slice ] && git apply -R "$here/kernels.diff"
-  timeout 60 python3 -m llamafast bench --random-weights --shape llama-2-7b --fp8 --backend triton \
+  as=""
+  [ "$variant" = slice ] && as="reverted $diff"
+  $as timeout 60 python3 -m llamafast bench --random-weights --shape llama-2-7b --fp8 --backend triton \
     > "$out/bench_$variant.txt" 2>&1
-  echo "bench $variant: exit $? ${SECONDS}s" | tee -a "$out/log.txt"
+  logged "bench $variant" $?
   grep -E "triton +│ (bfloat16|fp8_e5m2)" "$out/bench_$variant.txt" | tee -a "$out/log.txt"
-  timeout 90 python3 scripts/profile_tp.py --world 2 --shape llama-2-7b --out "$out/floor_$variant.json" \
+  $as timeout 90 python3 scripts/profile_tp.py --world 2 --shape llama-2-7b --out "$out/floor_$variant.json" \
     > "$out/floor_$variant.txt" 2>&1
-  echo "floor $variant: exit $? ${SECONDS}s" | tee -a "$out/log.txt"
+  logged "floor $variant" $?
   tail -4 "$out/floor_$variant.txt" | tee -a "$out/log.txt"
-  [ "$variant" = slice ] && git apply "$here/kernels.diff"
 done
 timeout $((585 - SECONDS)) bash scripts/gpu_check.sh "$out/gc"
-echo "gpu_check: exit $? ${SECONDS}s" | tee -a "$out/log.txt"
+logged gpu_check $?
