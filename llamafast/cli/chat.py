@@ -21,6 +21,7 @@ from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt,
     PenaltyOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors, device_or_default, path_or, pick,
     preset, progress_bar, sampling_config, say_tuned, say_tuning, utf8_argument, utf8_options, context_size, note, warn,
+    open_noted,
 )
 from llamafast.config import FP8Format
 from llamafast.errors import LlamafastError
@@ -64,7 +65,6 @@ def chat(
     /save! FILE (replaces), /exit, /help. Ctrl-C stops a reply; Ctrl-C or Ctrl-D at the prompt leaves. Piped input: one turn per line."""
     from llamafast.chat import ChatSession
     from llamafast.generate import Engine
-    from llamafast.load import open_model
     from llamafast.runtime import ready
 
     with clean_errors():
@@ -74,7 +74,7 @@ def chat(
         utf8_options(system, stop)
         max_new = pick(max_new_tokens, run.max_new_tokens)
         dev = device_or_default(pick(device, run.device))
-        opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
+        opened = open_noted(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
         size = _context_size(context, opened.config.max_seq_len, max_new)  # refused before any weights load
         with contextlib.ExitStack() as stack:
             with progress_bar() as update:

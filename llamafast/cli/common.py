@@ -159,6 +159,18 @@ def note(text: str | None) -> None:
         err.print(f"[dim]{escape(text)}[/dim]")
 
 
+def open_noted(path, tokenizer):
+    """load.open_model, with one line naming the GGUF tensor types that load as floats, not blocks."""
+    from llamafast.load import open_model
+
+    opened = open_model(path, tokenizer)
+    others = opened.checkpoint.metadata.get("read_as_float")
+    if others:
+        note(f"{opened.checkpoint.path.name}: {others} tensors dequantized as they load (their types run as floats, "
+             f"not as blocks)")
+    return opened
+
+
 def context_size(context: int | None, model_context: int) -> int:
     """--context: KV cache positions, at most the model's context (its default)."""
     size = model_context if context is None else context

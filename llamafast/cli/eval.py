@@ -15,7 +15,7 @@ from llamafast.bench.prompts import PROMPTS, VARIANTS
 from llamafast.cli.common import (
     MAX_TEXT_BYTES, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, check_out, clean_errors, device_or_default,
     emit_json, err, parse_floats, phase_progress, pick, progress_bar, read_text_file, refuse_mode_without_sparsity,
-    require_routers, say_tuned, say_tuning, stdout_console,
+    require_routers, say_tuned, say_tuning, stdout_console, open_noted,
 )
 from llamafast.config import BLOCK_FORMATS, Backend, DType, SparseMode, SparseRun, WeightFormat, check_seed
 from llamafast.errors import LlamafastError
@@ -40,7 +40,6 @@ def eval_command(
 ):
     """Measure what other weights cost against the base model: perplexity, KL divergence, top-1 agreement."""
     from llamafast.bench.quality import TEXT_TOKENS
-    from llamafast.load import open_model
     from llamafast.load.blocks import check_blockable
     from llamafast.runtime import ready
 
@@ -57,7 +56,7 @@ def eval_command(
             raise LlamafastError(f"--prompts must be 1..{len(PROMPTS)}, --tokens at least 1, --window at least 2")
         check_seed(seed, room=prompts - 1)  # prompt i samples with seed + i
         dev = device_or_default(device)
-        opened = _float_base(open_model(model, tokenizer), names)
+        opened = _float_base(open_noted(model, tokenizer), names)
         for name in [n for n in names if n in BLOCK_FORMATS]:  # before any weights load
             check_blockable(opened.config, WeightFormat(name))
         if runs:

@@ -17,7 +17,7 @@ from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
     SparseModeOpt, SparsityOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, check_context, check_sparsity,
     clean_errors, device_or_default, err, path_or, pick, preset, progress_bar, read_prompt, sampling_config,
-    say_tuned, say_tuning, note, utf8_options, warn,
+    say_tuned, say_tuning, note, open_noted, utf8_options, warn,
 )
 from llamafast.cli.tp import (
     TP_COMM_HELP, TPOpt, attach_comm, check_tp_backend, on_every_rank, on_rank0, shared_seed, tensor_parallel,
@@ -120,10 +120,8 @@ def _options(config, temperature, top_k, top_p, repetition_penalty, seed, max_ne
 
 def _open(run, model, tokenizer, text, chat, system, max_new, sparsity, sparse_mode, backend, ranks):
     """The checkpoint opened, the prompt's token ids and the sparse run: all checked before any weights load."""
-    from llamafast.load import open_model
-
     check_tp_backend(ranks, pick(backend, run.backend))
-    opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
+    opened = open_noted(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
     ids = opened.tokenizer.chat(text, system) if chat else opened.tokenizer.encode(text)
     check_context(len(ids), max_new, opened.config.max_seq_len)
     sparse = check_sparsity(opened, sparsity, sparse_mode)

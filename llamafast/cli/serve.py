@@ -10,7 +10,7 @@ import typer
 from llamafast.cli.common import (
     GENERATE_KEYS, BackendOpt, ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, FP8Opt, ModelOpt, PenaltyOpt,
     SparseModeOpt, SparsityOpt, TemperatureOpt, TokenizerOpt, TopKOpt, TopPOpt, check_sparsity, clean_errors,
-    context_size, device_or_default, path_or, pick, preset, sampling_config, say_tuned, say_tuning, warn,
+    context_size, device_or_default, path_or, pick, preset, sampling_config, say_tuned, say_tuning, warn, open_noted,
 )
 from llamafast.config import FP8Format, SparseMode
 from llamafast.errors import LlamafastError
@@ -58,7 +58,7 @@ def serve(
     """Serve a model over an OpenAI-compatible HTTP API (chat and text completions, streaming, /v1/models, /health,
     /metrics, /tokenize): one request decodes at a time, the others wait in a queue. Ctrl-C or SIGTERM finishes the
     request in flight and stops."""
-    from llamafast.load import open_model, resolve_backend
+    from llamafast.load import resolve_backend
     from llamafast.serve import Hooks, ModelSetup, ServeOptions, is_loopback, listen
     from llamafast.serve import serve as run_server
     from llamafast.serve import url
@@ -75,7 +75,7 @@ def serve(
         _check(port, max_queue, key)
         dev = device_or_default(pick(device, run.device))
         resolve_backend(pick(backend, run.backend), dev)
-        opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
+        opened = open_noted(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
         size = context_size(context, opened.config.max_seq_len)
         default_new = pick(max_new_tokens, run.max_new_tokens if "max_new_tokens" in run.keys else None)
         if default_new is not None and not 1 <= default_new < size:

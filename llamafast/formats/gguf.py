@@ -1,8 +1,9 @@
 """llama.cpp's GGUF files (`general.architecture = llama`), read with the `gguf` package (llama.cpp's own reader).
 Linear weights in Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K stay blocks: their refs hand on the file's bytes (uint8, one
 row of blocks per weight row) with the block format, and loading repacks them (quant.from_gguf_blocks). Every other
-tensor, the embedding table included, is dequantized through `gguf.quants` as it streams to the device; the
-metadata's "dequantized" line says which.
+tensor, the embedding table included, is dequantized through `gguf.quants` as it streams to the device (any type
+it implements: Q5_0, Q2_K, the IQ types, ...); the metadata's "dequantized" line says which, and "read_as_float"
+names the types that no kernel reads as blocks.
 
 GGUF stores shapes in ggml's order (fastest dimension first): `blk.0.ffn_down.weight` reads [1536, 576] for a
 (576, 1536) nn.Linear weight; the reader's arrays are already row-major (rows, cols). llama.cpp's converter
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections import Counter
 from pathlib import Path
 
@@ -27,8 +29,7 @@ from llamafast.quant import dequantize_blocks, from_gguf_blocks
 
 GGUF_MAGIC = b"GGUF"
 
-# The tensor types llamafast dequantizes (gguf.quants implements each); anything else is refused up front.
-SUPPORTED = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"}
+FLOATS = {"F32", "F16", "BF16"}
 # What a dequantized tensor is handed on as: half precision for quantized weights (so "auto" picks bf16 on
 # CUDA), the stored float type otherwise.
 _AS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
@@ -68,9 +69,9 @@ def read_gguf(path: Path) -> Checkpoint:
             factors = tuple(float(f) for f in np.asarray(t.data, dtype=np.float32).reshape(-1))
             continue
         kind = t.tensor_type.name
-        if kind not in SUPPORTED:
-            raise LlamafastError(f"{path}: tensor {t.name} has type {kind}; llamafast dequantizes "
-                                 f"{', '.join(sorted(SUPPORTED))}")
+        if kind not in FLOATS and kind not in KEPT and not dequantizable(t.tensor_type):
+            raise LlamafastError(f"{path}: tensor {t.name} has type {kind}, which the gguf package "
+                                 f"{_gguf_version()} cannot dequantize")
         types[kind] += 1
         name = _meta_name(t.name)
         tensors[name] = _ref(t, path, kind in KEPT and (name.endswith(_LINEAR) or name == "output.weight"))
@@ -92,9 +93,30 @@ def read_gguf(path: Path) -> Checkpoint:
     metadata = {"tensor_types": ", ".join(f"{k} x{n}" for k, n in types.most_common()), "file_bytes": str(path.stat().st_size)}
     if dequantized:
         metadata["dequantized"] = ", ".join(f"{k} x{n}" for k, n in dequantized.most_common())
+    others = Counter({kind: n for kind, n in types.items() if kind not in FLOATS and kind not in KEPT})
+    if others:  # types no kernel reads as blocks: said on load (cli.common.open_noted)
+        metadata["read_as_float"] = ", ".join(f"{k} x{n}" for k, n in others.most_common())
     ckpt = Checkpoint(path, "gguf", config, tensors, None, metadata)
     ckpt.embedded_tokenizer = {**_tokenizer_fields(reader), "chat_template": fields.get("tokenizer.chat_template")}
     return ckpt
+
+
+@functools.lru_cache
+def dequantizable(qtype) -> bool:
+    """Whether gguf.quants dequantizes the type, asked of one zero block: its release decides, not a list here."""
+    from gguf import GGML_QUANT_SIZES, quants
+
+    try:
+        quants.dequantize(np.zeros((1, GGML_QUANT_SIZES[qtype][1]), dtype=np.uint8), qtype)
+    except (NotImplementedError, KeyError, ValueError):
+        return False
+    return True
+
+
+def _gguf_version() -> str:
+    from importlib.metadata import version
+
+    return version("gguf")
 
 
 def _open(path: Path):

@@ -13,9 +13,11 @@ from llamafast.config import ModelConfig
 _NAMES = {"attention.wq": "attn_q", "attention.wk": "attn_k", "attention.wv": "attn_v", "attention.wo": "attn_output",
           "feed_forward.w1": "ffn_gate", "feed_forward.w2": "ffn_down", "feed_forward.w3": "ffn_up",
           "attention_norm": "attn_norm", "ffn_norm": "ffn_norm"}
-# K-quant blocks: bytes per 256 values and the byte offsets of their fp16 scale fields (gguf.quants cannot
-# quantize to them, so the tests write random blocks with small, finite scales and compare with its dequantizer).
-_K_BLOCKS = {"Q4_K": (144, (0, 2)), "Q5_K": (176, (0, 2)), "Q6_K": (210, (208,))}
+# Blocks gguf.quants cannot quantize to: values per block, bytes per block and the byte offsets of their fp16 scale
+# fields (the tests write random blocks with small, finite scales and compare with its dequantizer).
+_RANDOM_BLOCKS = {"Q4_K": (256, 144, (0, 2)), "Q5_K": (256, 176, (0, 2)), "Q6_K": (256, 210, (208,)),
+                  "Q2_K": (256, 84, (80, 82)), "Q3_K": (256, 110, (108,)), "IQ4_NL": (32, 18, (0,))}
+_INTEGERS = {"I8": np.int8, "I16": np.int16, "I32": np.int32}  # raw integer tensors, which nothing dequantizes
 
 
 def gguf_name(name: str) -> str:
@@ -30,9 +32,11 @@ def encode(w: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
     """w (rows, cols) float32 -> what GGUF stores for type `kind` (uint8 blocks for quantized types)."""
     from gguf import GGMLQuantizationType, quants
 
-    if kind in _K_BLOCKS:
-        size, scales = _K_BLOCKS[kind]
-        blocks = rng.integers(0, 256, (w.shape[0], w.shape[1] // 256, size), dtype=np.uint8)
+    if kind in _INTEGERS:
+        return w.astype(_INTEGERS[kind])
+    if kind in _RANDOM_BLOCKS:
+        values, size, scales = _RANDOM_BLOCKS[kind]
+        blocks = rng.integers(0, 256, (w.shape[0], w.shape[1] // values, size), dtype=np.uint8)
         for at in scales:
             blocks[..., at:at + 2] = np.array([0.002], dtype=np.float16).view(np.uint8)
         return blocks.reshape(w.shape[0], -1)

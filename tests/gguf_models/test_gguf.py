@@ -86,7 +86,8 @@ def test_streaming_is_exact_for_byte_level_pieces():
 SMALL = ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=512, multiple_of=32, max_seq_len=64)
 WIDE = ModelConfig(dim=256, n_layers=1, n_heads=4, n_kv_heads=2, vocab_size=512, hidden_dim=256, max_seq_len=64)
 TYPES = [("F32", SMALL), ("F16", SMALL), ("BF16", SMALL), ("Q8_0", SMALL), ("Q4_0", SMALL), ("Q4_1", SMALL),
-         ("Q4_K", WIDE), ("Q5_K", WIDE), ("Q6_K", WIDE)]  # K-quant blocks hold 256 values: rows of 256
+         ("Q4_K", WIDE), ("Q5_K", WIDE), ("Q6_K", WIDE),  # K-quant blocks hold 256 values: rows of 256
+         ("Q5_0", SMALL), ("Q5_1", SMALL), ("IQ4_NL", SMALL), ("Q2_K", WIDE), ("Q3_K", WIDE)]  # read as floats
 
 
 @pytest.mark.parametrize("kind,config", TYPES, ids=[t for t, _ in TYPES])
@@ -99,6 +100,9 @@ def test_written_gguf_logits_equal_its_dequantized_weights(tmp_path, kind, confi
     write_gguf(tmp_path / "m.gguf", config, state, kind)
     ckpt = open_checkpoint(tmp_path / "m.gguf")
     assert ckpt.format == "gguf" and f"{kind} x" in ckpt.metadata["tensor_types"]
+    as_float = kind not in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
+    matrices = sum(t.dim() == 2 for t in state.values())  # every one in `kind`, the norms in F32
+    assert ckpt.metadata.get("read_as_float") == (f"{kind} x{matrices}" if as_float else None)
     shape = ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "hidden_dim", "rope_theta", "max_seq_len")
     assert [getattr(ckpt.config, f) for f in shape] == [getattr(config, f) for f in shape]
     assert ckpt.config.norm_eps == pytest.approx(config.norm_eps)  # stored as float32

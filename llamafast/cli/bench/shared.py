@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from llamafast.cli.common import (
-    check_context, check_out, device_or_default, note, path_or, pick, preset, progress_bar, say_tuned, say_tuning, warn,
+    check_context, check_out, device_or_default, note, open_noted, path_or, pick, preset, progress_bar, say_tuned,
+    say_tuning, warn,
 )
 from llamafast.cli.presets import RunConfig
 from llamafast.config import MODEL_CONFIGS, Backend, DType, FP8Format, ModelConfig, WeightFormat, model_config
@@ -65,8 +66,6 @@ class Target:
 def target(model, tokenizer, random_weights, shape, device, dtype, config, out, ranks=None) -> Target:
     """The weights and device the options name, the preset's where an option is not given; --out is checked first,
     before the minutes of work it reports."""
-    from llamafast.load import open_model
-
     check_out(out)
     run = preset(config)
     run.refuse_unused("bench", BENCH_KEYS)
@@ -79,7 +78,7 @@ def target(model, tokenizer, random_weights, shape, device, dtype, config, out, 
         return Target(run, shape, dev, pick(dtype, run.dtype))
     if shape is not None:
         raise LlamafastError("--shape only applies with --random-weights")
-    opened = open_model(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
+    opened = open_noted(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
     return Target(run, opened, dev, pick(dtype, run.dtype))
 
 
