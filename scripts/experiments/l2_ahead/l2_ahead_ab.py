@@ -45,7 +45,8 @@ def main() -> None:
                 l2_ahead.budget = lambda d, f=fraction: int(f * l2)
                 l2_ahead.LINES = lines
                 r = bench_backend(lm, Backend.triton, prompt, new_tokens)
-                print(f"{lm.weights:9} run {rep} budget {fraction:4} of L2 {'lines' if lines else 'bulk '}: {r.decode_tokens_per_s:.1f} tok/s, "
+                form = "lines" if lines else "bulk "
+                print(f"{lm.weights:9} run {rep} budget {fraction:4} of L2 {form}: {r.decode_tokens_per_s:.1f} tok/s, "
                       f"{r.decode_ms_per_token:.4f} ms/token, {100 * r.achieved_gb_s / bw:.1f}% of copy BW",
                       flush=True)
 
