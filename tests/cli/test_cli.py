@@ -330,19 +330,6 @@ def test_eval_scores_variants_against_the_base(tmp_path):
     assert r.exit_code == 0 and json.loads(r.stdout)["source"].startswith("text ")
 
 
-def test_gguf_types_that_no_kernel_reads_as_blocks_load_as_floats_said_in_one_line(tmp_path):
-    """Q5_0 (and any type the gguf package dequantizes) loads dequantized; one line on stderr names the types."""
-    from .bad_input_files import gguf
-
-    path = gguf(tmp_path, "Q5_0")
-    r = _run("generate", "hi", "--model", str(path), "--device", "cpu", "--max-new-tokens", "4", "--temperature", "0")
-    assert r.exit_code == 0, r.stderr
-    said = [line for line in r.stderr.splitlines() if "Q5_0" in line]
-    assert len(said) == 1 and "m.gguf: Q5_0 x" in said[0] and "dequantized as they load" in said[0]
-    r = _run("generate", "hi", "--model", str(gguf(tmp_path, "Q4_0")), "--device", "cpu", "--max-new-tokens", "4")
-    assert r.exit_code == 0 and "dequantized as they load" not in r.stderr
-
-
 def test_eval_scores_block_variants_of_a_gguf_s_dequantized_weights(tmp_path):
     """A Q4_1 GGUF's base is its weights dequantized to float; each block variant is quantized from them, and
     Q8_0's 8 bits cost less than Q4_0's 4."""
