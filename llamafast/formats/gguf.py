@@ -29,9 +29,8 @@ from llamafast.quant import dequantize_blocks, from_gguf_blocks
 
 GGUF_MAGIC = b"GGUF"
 
-FLOATS = {"F32", "F16", "BF16"}
-# What a dequantized tensor is handed on as: half precision for quantized weights (so "auto" picks bf16 on
-# CUDA), the stored float type otherwise.
+# The float types, and what a dequantized tensor is handed on as: half precision for quantized weights (so "auto"
+# picks bf16 on CUDA), the stored float type otherwise.
 _AS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 # The block types kept as blocks, when the tensor is a linear weight.
@@ -63,21 +62,23 @@ def read_gguf(path: Path) -> Checkpoint:
     if arch != "llama":
         raise LlamafastError(f"{path}: a GGUF of architecture {arch!r}; llamafast runs llama models only")
     _refuse_unimplemented(path, fields)
-    tensors, types, factors = {}, Counter(), None
+    tensors, types, others, factors = {}, Counter(), Counter(), None
     for t in reader.tensors:
         if t.name == "rope_freqs.weight":  # Llama 3.1: a divisor per rotation frequency, not a weight
             factors = tuple(float(f) for f in np.asarray(t.data, dtype=np.float32).reshape(-1))
             continue
         kind = t.tensor_type.name
-        if kind not in FLOATS and kind not in KEPT and not dequantizable(t.tensor_type):
-            raise LlamafastError(f"{path}: tensor {t.name} has type {kind}, which the gguf package "
-                                 f"{_gguf_version()} cannot dequantize")
+        if kind not in _AS and kind not in KEPT:  # read as floats, if the gguf package dequantizes it
+            if not dequantizable(t.tensor_type):
+                raise LlamafastError(f"{path}: tensor {t.name} has type {kind}, which the gguf package "
+                                     f"{_gguf_version()} cannot dequantize")
+            others[kind] += 1
         types[kind] += 1
         name = _meta_name(t.name)
         tensors[name] = _ref(t, path, kind in KEPT and (name.endswith(_LINEAR) or name == "output.weight"))
     _dequantize_mixed_qkv(tensors, path)
     dequantized = Counter(f"{t.name.split('.')[-2]} {t.tensor_type.name}" for t in reader.tensors
-                          if t.tensor_type.name not in ("F32", "F16", "BF16")
+                          if t.tensor_type.name not in _AS
                           and not tensors.get(_meta_name(t.name), _NO_REF).fmt.is_block)
     params = {key: fields.get(gguf_key) for key, gguf_key in CONFIG_KEYS.items()}
     params["vocab_size"] = tensors["tok_embeddings.weight"].shape[0] if "tok_embeddings.weight" in tensors else None
@@ -93,7 +94,6 @@ def read_gguf(path: Path) -> Checkpoint:
     metadata = {"tensor_types": ", ".join(f"{k} x{n}" for k, n in types.most_common()), "file_bytes": str(path.stat().st_size)}
     if dequantized:
         metadata["dequantized"] = ", ".join(f"{k} x{n}" for k, n in dequantized.most_common())
-    others = Counter({kind: n for kind, n in types.items() if kind not in FLOATS and kind not in KEPT})
     if others:  # types no kernel reads as blocks: said on load (cli.common.open_noted)
         metadata["read_as_float"] = ", ".join(f"{k} x{n}" for k, n in others.most_common())
     ckpt = Checkpoint(path, "gguf", config, tensors, None, metadata)
