@@ -29,6 +29,7 @@ from .rmsnorm_qkv_rope import rmsnorm_qkv_rope
 from .rmsnorm_swiglu import CONFIGS as _SWIGLU
 from .rmsnorm_swiglu import H200 as _SWIGLU_H200
 from .rmsnorm_swiglu import rmsnorm_swiglu
+from .sample_token import sample_token
 from .sparse_ffn import sparse_ffn
 
 # The tunable decode kernels' committed launch tables, by the name tuning files and registry entries use.
@@ -57,5 +58,5 @@ ON_GPU = {
 __all__ = [
     "COMMITTED", "ON_GPU", "decode_attention", "dequantize_blocks", "flash_attention", "linear_residual",
     "prefill_linear_residual", "prefill_lm_head", "prefill_qkv_rope", "prefill_swiglu", "rmsnorm_lm_head",
-    "rmsnorm_qkv_rope", "rmsnorm_swiglu", "sparse_ffn",
+    "rmsnorm_qkv_rope", "rmsnorm_swiglu", "sample_token", "sparse_ffn",
 ]

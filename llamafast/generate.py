@@ -22,7 +22,7 @@ from llamafast.errors import LlamafastError
 from llamafast.model import Transformer
 from llamafast.backends import check_decode_step
 from llamafast.prompt_graph import PromptGraphs, hold_if_parallel
-from llamafast.sampling import sample, uses_counts
+from llamafast.sampling import uses_counts
 from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
 
 
@@ -76,6 +76,8 @@ class Engine:
         # The last sampled token's log-softmax, then the ids of the top_logprobs most likely tokens (exact in fp32
         # below 2^24), then theirs: (1 + 2 * MAX_TOP_LOGPROBS,), written by each step when logprobs are on.
         self.scores = torch.zeros(1 + 2 * MAX_TOP_LOGPROBS, dtype=torch.float32, device=device)
+        # The fused sampler's noise: its seed, drawn from torch's generator at each prefill, and its calls since.
+        self.draw = torch.zeros(2, dtype=torch.int64, device=device)
         # Host-side count of cache positions that hold the current sequence (0..n_cached-1), kept without a sync:
         # prefill sets it, each decode step adds the token it fed. Raised only after the work is queued, so a
         # KeyboardInterrupt mid-step leaves it short, never long (a chat reusing the cache relies on that).
@@ -107,7 +109,7 @@ class Engine:
     def _pick(self, logits: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
         """logits (V,) -> the sampled token (1,); with logprobs on, its log-softmax and the top alternatives go
         to self.scores. The logprobs are the model's own distribution, before penalties and temperature."""
-        token = sample(logits, seen, self.sampling, self.n_vocab, self.counts)
+        token = self.model.backend.sample(logits, seen, self.counts, self.draw, self.sampling, self.n_vocab)
         k = self.top_logprobs
         if k is not None:
             logprobs = torch.log_softmax(logits[: self.n_vocab].float(), dim=-1)  # (V,)
@@ -133,6 +135,8 @@ class Engine:
         self.seen.zero_()
         self.seen[tokens] = True
         self.counts.zero_()
+        if self.sampling.temperature != 0:  # greedy leaves torch's generator where it was
+            self.draw.copy_(torch.tensor([int(torch.randint(2**62, ())), 0]))
         logits = self.prompt_logits(tokens[start:], start)
         if not self.finite:
             self.check_finite(logits)
@@ -203,7 +207,7 @@ class Engine:
         replays the graphs of earlier requests). That step writes the KV cache only at self.pos, which the first
         replay rewrites.
         """
-        state = (self.token, self.pos, self.seen, self.counts, self.scores)
+        state = (self.token, self.pos, self.seen, self.counts, self.scores, self.draw)
         saved, rng = [t.clone() for t in state], torch.cuda.get_rng_state(self.token.device)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from llamafast.config import SparseMode, Weight
 from llamafast.quant import dequantize, int8_blocks
+from llamafast.sampling import sample
 
 
 def dense(w: Weight, dtype: torch.dtype) -> torch.Tensor:
@@ -161,3 +162,9 @@ def _count(work, active):
     work[3] += active.sum()
     work[4 : 4 + n] = torch.argsort((~last).to(torch.uint8), stable=True)  # active ids first, ascending
     work[4 + n : 4 + 2 * n] = last
+
+
+def sample_token(logits, seen, counts, draw, cfg, n_vocab=None):
+    """The next token (1,) from logits (V,): llamafast.sampling.sample, its noise from torch's generator (draw, the
+    fused kernel's seed and counter, is left alone)."""
+    return sample(logits, seen, cfg, n_vocab, counts)

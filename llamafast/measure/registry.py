@@ -16,13 +16,13 @@ import torch
 
 from llamafast import reference
 from llamafast.config import (
-    ModelConfig, SparseLayout, SparseMode, Weight, WeightFormat, default_group_size, sparse_work_size,
+    ModelConfig, SamplingConfig, SparseLayout, SparseMode, Weight, WeightFormat, default_group_size, sparse_work_size,
 )
 from llamafast.model import rope_tables
 from llamafast.quant import FP8Format, quantize, quantize_blocks
 
 from llamafast.kernels import (
-    decode_attention, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope, rmsnorm_swiglu, sparse_ffn,
+    decode_attention, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope, rmsnorm_swiglu, sample_token, sparse_ffn,
 )
 
 Inputs = tuple[tuple, dict]  # positional arguments, keyword arguments
@@ -162,6 +162,15 @@ def _attention_bytes(c: ModelConfig, dtype, context, fp8=None):
     return 2 * c.kv_dim * context * dtype.itemsize + 2 * c.dim * dtype.itemsize
 
 
+def _sample_inputs(c: ModelConfig, dtype, device, context, fp8=None):
+    """The LM head's fp32 logits, a tenth of the vocabulary seen, and the default way of sampling."""
+    logits = rand(c.vocab_size, dtype=torch.float32, device=device, scale=3.0)
+    seen = torch.arange(c.vocab_size, device=device) % 10 == 0
+    counts = torch.zeros(c.vocab_size, dtype=torch.int32, device=device)
+    draw = torch.tensor([1, 0], device=device)
+    return (logits, seen, counts, draw, SamplingConfig()), {}
+
+
 REGISTRY: dict[str, KernelSpec] = {
     spec.name: spec
     for spec in [
@@ -176,6 +185,8 @@ REGISTRY: dict[str, KernelSpec] = {
                    residual_inputs(lambda c: c.hidden_dim), _gemv_bytes(lambda c: c.dim, lambda c: c.hidden_dim)),
         KernelSpec("rmsnorm_lm_head", rmsnorm_lm_head, reference.rmsnorm_lm_head, lm_head_inputs,
                    _gemv_bytes(lambda c: c.vocab_size, lambda c: c.dim, out_bytes=4)),
+        KernelSpec("sample_token[T 0.6 top-p 0.9]", sample_token, reference.sample_token, _sample_inputs,
+                   lambda c, dtype, context, fp8=None: 4 * c.vocab_size),
         *[KernelSpec(f"sparse_ffn[{m.value} {SPARSE_SKIP:g}]", sparse_ffn, reference.sparse_ffn, sparse_inputs(m),
                      _sparse_bytes(m)) for m in SparseMode],
     ]
