@@ -34,6 +34,7 @@ from ._common import check_vector, next_pow2
 CHUNK = 4096  # logits a pass loads at a time, at most: 8 a thread at 16 warps
 MAX_ROUNDS = 64  # top-p draws a call makes before it takes the most likely token (each miss removes a token)
 STRIDE = 1 << 24  # noise offsets of one draw: room for a vocabulary of 16M
+STAGES = 3  # chunks a pass has in flight (tl.range's software pipeline)
 
 
 @triton.jit
@@ -88,32 +89,34 @@ def _kth_key(logits_ptr, seen_ptr, counts_ptr, n, top_k, repetition, frequency, 
 def _pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, pivot, seed, offset,
           repetition, frequency, presence,
           CHUNK: tl.constexpr, REPETITION: tl.constexpr, OPENAI: tl.constexpr, TOP_K: tl.constexpr,
-          DRAW: tl.constexpr):
+          DRAW: tl.constexpr, STAGES: tl.constexpr):
     """Over the row: the mass of the tokens with z > pivot (DRAW False), or the winner of a Gumbel race among
-    them (DRAW True: its index, its z and the whole row's mass)."""
-    best = tl.full((), float("-inf"), tl.float32)
-    token = tl.full((), 0, tl.int32)
-    zt = tl.full((), float("-inf"), tl.float32)
-    mass = tl.full((), 0.0, tl.float32)
-    for c in range(0, n, CHUNK):
+    them (DRAW True: its index, its z and the whole row's mass). Each lane keeps its own sums and best through the
+    chunks and the lanes meet once, at the end: the loop waits on nothing but its loads."""
+    best = tl.full((CHUNK,), float("-inf"), tl.float32)
+    at = tl.full((CHUNK,), 0, tl.int32)
+    z_at = tl.full((CHUNK,), float("-inf"), tl.float32)
+    mass = tl.zeros((CHUNK,), tl.float32)
+    for c in tl.range(0, n, CHUNK, num_stages=STAGES):
         l, i, valid = _logits(logits_ptr, seen_ptr, counts_ptr, c, n, repetition, frequency, presence, CHUNK,
                               REPETITION, OPENAI)
         z = (l - m) / temperature
         if TOP_K:
             z = tl.where(_key(l) >= kth, z, float("-inf"))
         if DRAW:
-            mass += tl.sum(tl.exp(z), 0)
+            mass += tl.exp(z)
             u = tl.maximum(tl.rand(seed, offset + i), 1e-30)
             score = tl.where(z > pivot, z - tl.log(-tl.log(u)), float("-inf"))
-            top = tl.max(score, 0)
-            at = tl.argmax(score, 0, tie_break_left=True)
-            better = top > best  # an earlier chunk keeps a tie
-            best = tl.where(better, top, best)
-            token = tl.where(better, c + at, token)
-            zt = tl.where(better, tl.max(tl.where(i == c + at, z, float("-inf")), 0), zt)
+            better = score > best  # a lane's earlier chunk keeps a tie
+            best = tl.where(better, score, best)
+            at = tl.where(better, i, at)
+            z_at = tl.where(better, z, z_at)
         else:
-            mass += tl.sum(tl.where(z > pivot, tl.exp(z), 0.0), 0)
-    return token, zt, mass
+            mass += tl.where(z > pivot, tl.exp(z), 0.0)
+    top = tl.max(best, 0)
+    token = tl.min(tl.where(best == top, at, 2147483647), 0)
+    zt = tl.max(tl.where((best == top) & (at == token), z_at, float("-inf")), 0)
+    return token, zt, tl.sum(mass, 0)
 
 
 @triton.jit
@@ -122,18 +125,22 @@ def _sample_kernel(
     n, temperature, top_k, top_p, repetition, frequency, presence,
     CHUNK: tl.constexpr, GREEDY: tl.constexpr, REPETITION: tl.constexpr, OPENAI: tl.constexpr,
     TOP_K: tl.constexpr, TOP_P: tl.constexpr, ROUNDS: tl.constexpr, STRIDE: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     step = tl.load(draw_ptr + 1)
-    m = tl.full((), float("-inf"), tl.float32)
-    token = tl.full((), 0, tl.int32)
-    first_nan = tl.full((), 2147483647, tl.int32)
-    for c in range(0, n, CHUNK):
+    best = tl.full((CHUNK,), float("-inf"), tl.float32)  # each lane's largest logit, its index, its first NaN
+    at = tl.full((CHUNK,), 0, tl.int32)
+    nan_at = tl.full((CHUNK,), 2147483647, tl.int32)
+    for c in tl.range(0, n, CHUNK, num_stages=STAGES):
         l, i, valid = _logits(logits_ptr, seen_ptr, counts_ptr, c, n, repetition, frequency, presence, CHUNK,
                               REPETITION, OPENAI)
-        top = tl.max(l, 0)
-        token = tl.where(top > m, c + tl.argmax(l, 0, tie_break_left=True), token)
-        m = tl.maximum(m, top)
-        first_nan = tl.minimum(first_nan, tl.min(tl.where(l != l, i, 2147483647), 0))
+        better = l > best  # a lane's earlier chunk keeps a tie
+        best = tl.where(better, l, best)
+        at = tl.where(better, i, at)
+        nan_at = tl.minimum(nan_at, tl.where(l != l, i, 2147483647))
+    m = tl.max(best, 0)
+    token = tl.min(tl.where(best == m, at, 2147483647), 0)  # the first of equal maxima
+    first_nan = tl.min(nan_at, 0)
     if GREEDY:
         token = tl.where(first_nan < n, first_nan, token)
     else:
@@ -146,17 +153,18 @@ def _sample_kernel(
         offset = step * ROUNDS * STRIDE
         pivot = tl.full((), float("-inf"), tl.float32)
         token, zt, total = _pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, pivot, seed, offset,
-                                 repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, True)
+                                 repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, True, STAGES)
         if TOP_P:
             _, _, above = _pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed, offset,
-                                repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False)
+                                repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False, STAGES)
             r = tl.full((), 1, tl.int32)
             while (above >= top_p * total) & (r < ROUNDS):  # outside the nucleus: draw among the likelier
                 token, zt, _ = _pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed,
                                      offset + r * STRIDE, repetition, frequency, presence, CHUNK, REPETITION,
-                                     OPENAI, TOP_K, True)
+                                     OPENAI, TOP_K, True, STAGES)
                 _, _, above = _pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed, offset,
-                                    repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False)
+                                    repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False,
+                                    STAGES)
                 r += 1
             if above >= top_p * total:  # out of rounds: the most likely token is always in the nucleus
                 token = likeliest
@@ -183,6 +191,7 @@ def sample_token(logits: torch.Tensor, seen: torch.Tensor, counts: torch.Tensor,
         cfg.repetition_penalty, cfg.frequency_penalty, cfg.presence_penalty, CHUNK=chunk, GREEDY=not sampled,
         REPETITION=cfg.repetition_penalty != 1.0, OPENAI=cfg.frequency_penalty != 0 or cfg.presence_penalty != 0,
         TOP_K=sampled and cfg.top_k > 0, TOP_P=sampled and cfg.top_p < 1.0, ROUNDS=MAX_ROUNDS, STRIDE=STRIDE,
+        STAGES=STAGES,
         num_warps=max(1, chunk // 256),
     )
     return out
