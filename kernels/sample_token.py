@@ -15,10 +15,11 @@ probability about p, and conditioned on landing there it is a draw from the nucl
 from the distribution the sort gives (a token tied with the nucleus's last one is kept with it, where a sort keeps
 some of the tied ones). The noise is Philox's (tl.rand) at offsets made of a draw counter that each call advances
 on the device, so a seed gives the same tokens on every run and a replayed CUDA graph new ones at each step.
-The program walks the row in chunks, each ending in reductions, on one SM: on an H200 (scripts/experiments/
-sampling_cost/fused/) a draw with temperature 0.6 and top-p 0.9 took 47.0 us at a vocabulary of 32,000 and 70.0
-at 49,152, against 105.5 and 114.1 for torch's kernels, but greedy (one pass) 14.7 against 14.0 and top-k (four
-histogram passes more) 189.0 against 108.7: backends.fused_sample runs it where it wins.
+One program walks the row in chunks (each lane keeping its own best and sums, the lanes meeting once a pass):
+on an H200 (scripts/experiments/sampling_cost/fused/) a draw with temperature 0.6 and top-p 0.9 took 38.3 us at a
+vocabulary of 32,000 and 53.7 at 49,152, against 107.2 and 114.5 for torch's kernels, greedy 7.0 and 8.5 against
+10.6 and 13.8, but top-k (four histogram passes, each a reduction per chunk) 125.2 and 186.8 against 96.6 and 108.0,
+so backends.fused_sample leaves top-k to torch.
 """
 
 from __future__ import annotations

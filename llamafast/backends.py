@@ -103,16 +103,14 @@ def backend_ops(backend: Backend, launches: Launches | None = None, gpu: str | N
 
 
 def fused_sample(logits, seen, counts, draw, cfg: SamplingConfig, n_vocab=None):
-    """Top-p draws without top-k (the default way, penalties or not) in one Triton program (kernels/sample_token.py),
-    the rest in torch's kernels, as each measured faster on an H200 in one process
-    (scripts/experiments/sampling_cost/fused/): temperature 0.6 and top-p 0.9 took 47.0 us alone against 105.5 at a
-    vocabulary of 32,000 and 70.0 against 114.1 at 49,152, a SmolLM2-shape step 462.0 us against 507.7 and a 7B FP8
-    one 2,184.6 against 2,252.7. The program walks the row in chunks on one SM, each ending in reductions, so a pass
-    costs about 10 us at 49,152: greedy (one pass) 14.7 against 14.0, no filter 48.2 against 46.1, and top-k (four
-    more passes, each a histogram) 189.0 against 108.7."""
+    """Every way of sampling but top-k in one Triton program (kernels/sample_token.py), top-k in torch's kernels, as
+    each measured faster on an H200, alternated in one process (scripts/experiments/sampling_cost/fused/): alone,
+    at a vocabulary of 32,000 (49,152), temperature 0.6 with top-p 0.9 took 38.3 us (53.7) against 107.2 (114.5),
+    greedy 7.0 (8.5) against 10.6 (13.8), no filter 28.6 (40.9) against 37.7 (45.7), and top-k 125.2 (186.8)
+    against 96.6 (108.0): its four histogram passes, each a reduction per chunk on one SM."""
     from llamafast.kernels import sample_token
 
-    if cfg.temperature != 0 and cfg.top_p < 1 and cfg.top_k == 0:
+    if cfg.temperature == 0 or cfg.top_k == 0:
         return sample_token(logits, seen, counts, draw, cfg, n_vocab)
     return reference.sample_token(logits, seen, counts, draw, cfg, n_vocab)
 

@@ -124,10 +124,11 @@ def test_a_seed_and_counter_give_the_same_token_and_others_differ():
 
 
 @pytest.mark.parametrize("cfg, fused", [(SamplingConfig(), True), (SamplingConfig(repetition_penalty=1.1), True),
-                                        (SamplingConfig(temperature=0), False), (SamplingConfig(top_k=40), False),
-                                        (SamplingConfig(temperature=1.0, top_p=1.0), False)],
-                         ids=["default", "penalised", "greedy", "top-k", "no-filter"])
-def test_the_triton_backends_draw_top_p_alone_in_the_kernel(cfg, fused):
+                                        (SamplingConfig(temperature=0), True), (SamplingConfig(top_k=40), False),
+                                        (SamplingConfig(temperature=1.0, top_p=1.0), True),
+                                        (SamplingConfig(temperature=0, top_k=40), True)],
+                         ids=["default", "penalised", "greedy", "top-k", "no-filter", "greedy-top-k"])
+def test_the_triton_backends_leave_top_k_to_torch(cfg, fused):
     from llamafast.backends import fused_sample
 
     logits, seen, counts = _inputs(300, seed=3)

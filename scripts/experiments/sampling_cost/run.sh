@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The fused sampler's GPU tests, then sampling_cost.py at SmolLM2-135M's shape (bf16) and Llama-2-7B's (bf16, FP8
 # E5M2), each in its own process, on one GPU:  bash scripts/experiments/sampling_cost/run.sh OUTDIR
-# before/: the first version of sampling_cost.py (the torch sampler alone) at 187acd4; fused/: this one, at 187acd4
-# with the fused sampler (kernels/sample_token.py) in the tree, every way in the kernel, before backends.fused_sample.
+# before/: the first version of sampling_cost.py (the torch sampler alone) at 187acd4; fused_first/: this one at
+# 197a7e5, whose kernel reduced every chunk; fused/: at 8e13ef3, each lane keeping its own through the chunks.
 . scripts/experiments/record.sh "$@"
 timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_sample_token.py tests/test_sampling.py \
   tests/serve/test_gpu.py tests/test_triton_backend.py > "$out/gpu_tests.txt" 2>&1
