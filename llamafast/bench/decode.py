@@ -20,6 +20,9 @@ from llamafast.backends import with_backend
 from llamafast.load import LoadedModel
 
 
+GREEDY = SamplingConfig(temperature=0)  # every figure in docs/ unless it says otherwise
+
+
 @dataclass
 class BackendResult:
     backend: str
@@ -55,17 +58,19 @@ class BenchReport:
     copy_bw_gb_s: float  # device-to-device copy, bytes read + written, measured in this run
     environment: dict = field(default_factory=dict)
     results: list[BackendResult] = field(default_factory=list)
+    sampling: SamplingConfig = field(default_factory=lambda: GREEDY)  # how every run picked its tokens
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_tokens: int, comm=None) -> BackendResult:
+def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_tokens: int, comm=None,
+                  sampling: SamplingConfig = GREEDY) -> BackendResult:
     device = lm.model.tok_embeddings.weight.device
     model = with_backend(lm.model, backend)
     if comm is not None:
         model.comm = comm
-    engine = Engine(model, SamplingConfig(temperature=0), len(prompt) + new_tokens)
+    engine = Engine(model, sampling, len(prompt) + new_tokens)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t0 = now(device)
@@ -147,22 +152,24 @@ def sparse_pair(lm: LoadedModel, group_size: int) -> tuple[LoadedModel, LoadedMo
 
 
 def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: int, new_tokens: int,
-              sparse_twins: list[LoadedModel] | None = None, runs: list[SparseRun] = (), comms=(None,)) -> BenchReport:
+              sparse_twins: list[LoadedModel] | None = None, runs: list[SparseRun] = (), comms=(None,),
+              sampling: SamplingConfig = GREEDY) -> BenchReport:
     """Every backend on every model (the same weights in other formats), in this order, in this process; then
     each sparse run on models[i]'s sparse twin, beside models[i]'s dense triton run. Tensor parallel: each
-    backend with each of comms (tp/comm.py), the others against the nccl run."""
+    backend with each of comms (tp/comm.py), the others against the nccl run. Each run picks its tokens with
+    sampling."""
     lm = models[0]
     device = lm.model.tok_embeddings.weight.device
     params = _params(lm.model)
     prompt = _prompt(prompt_len, lm)
     report = BenchReport(
         lm.source, lm.format, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), params,
-        prompt_len, new_tokens, lm.load_s, copy_bandwidth(device), environment(device),
+        prompt_len, new_tokens, lm.load_s, copy_bandwidth(device), environment(device), sampling=sampling,
     )
     for i, model in enumerate(models):
         dense = None
         for backend in backends:
-            results = [bench_backend(model, backend, prompt, new_tokens, comm) for comm in comms]
+            results = [bench_backend(model, backend, prompt, new_tokens, comm, sampling) for comm in comms]
             nccl = next((r for r in results if r.tp_comm == "nccl"), None)
             for result in results:
                 result.speedup = nccl and result.decode_tokens_per_s / nccl.decode_tokens_per_s
@@ -170,7 +177,8 @@ def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: in
                 dense = result if backend == Backend.triton else dense
         for run in runs if sparse_twins else ():
             sparse_twins[i].model.set_sparsity(run)
-            result = _against_copy(bench_backend(sparse_twins[i], Backend.triton, prompt, new_tokens), report)
+            result = _against_copy(bench_backend(sparse_twins[i], Backend.triton, prompt, new_tokens, None, sampling),
+                                   report)
             result.speedup = dense and result.decode_tokens_per_s / dense.decode_tokens_per_s
             report.results.append(result)
     return report
@@ -183,7 +191,8 @@ def add_tp1(report: BenchReport, models: list[LoadedModel], backends: list[Backe
     prompt = _prompt(report.prompt_tokens, models[0])
     for lm in models:
         for backend in backends:
-            report.results.append(_against_copy(bench_backend(lm, backend, prompt, report.new_tokens), report))
+            r = bench_backend(lm, backend, prompt, report.new_tokens, None, report.sampling)
+            report.results.append(_against_copy(r, report))
     one = {(r.backend, r.weights): r for r in report.results if r.tp == 1}
     for r in report.results:
         base = one.get((r.backend, r.weights))

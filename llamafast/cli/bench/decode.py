@@ -15,11 +15,11 @@ from llamafast.cli.bench.shared import (
     token_counts, tuned_steps,
 )
 from llamafast.cli.common import (
-    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, parse_floats,
-    note, require_routers, stdout_console,
+    ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, PenaltyOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors,
+    emit_json, parse_floats, note, pick, require_routers, stdout_console,
 )
 from llamafast.cli.tp import TP_COMM_HELP, TPOpt, make_comms, on_every_rank, tensor_parallel
-from llamafast.config import Backend, FP8Format, SparseMode, SparseRun, TPComm, model_config
+from llamafast.config import Backend, FP8Format, SamplingConfig, SparseMode, SparseRun, TPComm, model_config
 from llamafast.errors import LlamafastError
 
 if TYPE_CHECKING:
@@ -43,6 +43,10 @@ def decode(
     weights: BlockCopiesOpt = None,
     tp: TPOpt = None,
     tp_comm: Annotated[Optional[list[TPComm]], typer.Option(help=TP_COMM_HELP + "; repeatable [default: both, side by side].")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Time decoding that samples at this temperature, with --top-k, --top-p and --repetition-penalty as generate takes them [default: 0, greedy].")] = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    repetition_penalty: PenaltyOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ):
@@ -56,14 +60,22 @@ def decode(
         t, n_prompt, n_new, backends, blocks = on_every_rank(ranks, lambda: _decode_options(
             model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens, backend,
             fmt, weights, tp_comm, ranks))
+        sampling = _sampling(temperature, top_k, top_p, repetition_penalty)
         # comms live to the end: the other ranks mapped a symm comm's buffers; the shards are freed on return
-        report, startup, comms = _timed(t, backends, fmt, blocks, tp_comm, ranks, n_prompt, n_new)
+        report, startup, comms = _timed(t, backends, fmt, blocks, tp_comm, ranks, n_prompt, n_new, sampling)
         beside_tp1(ranks, t, readied_as(backends), fmt, lambda models: add_tp1(report, models, backends))
         if ranks is None or ranks.leader:  # one report under torchrun, rank 0's (--out too)
             _emit(report, startup, json_out, out)
 
 
-def _timed(t, backends, fmt, blocks, tp_comm, ranks, n_prompt: int, n_new: int):
+def _sampling(temperature, top_k, top_p, repetition_penalty) -> SamplingConfig:
+    """Greedy unless --temperature is given; the other options as generate's defaults; checked."""
+    sampling = SamplingConfig(pick(temperature, 0.0), pick(top_k, 0), pick(top_p, 0.9), pick(repetition_penalty, 1.0))
+    sampling.validate()
+    return sampling
+
+
+def _timed(t, backends, fmt, blocks, tp_comm, ranks, n_prompt: int, n_new: int, sampling: SamplingConfig):
     """t's weights (a rank's shard under tensor parallelism; with blocks, also their block-format copies) timed with
     each backend and each --tp-comm; returns the report, the Startup and the comms. The models are freed on
     return, before beside_tp1 needs the room."""
@@ -78,7 +90,7 @@ def _timed(t, backends, fmt, blocks, tp_comm, ranks, n_prompt: int, n_new: int):
             comms = [c for c, _ in made]
             for _, text in made:
                 note(text)
-        return run_bench(models, backends, n_prompt, n_new, comms=comms), startup, comms
+        return run_bench(models, backends, n_prompt, n_new, comms=comms, sampling=sampling), startup, comms
 
 
 def sparse(
@@ -153,13 +165,21 @@ def _emit(report: BenchReport, startup: Startup, json_out: bool, out) -> None:
         _print_report(report, startup)
 
 
+def _way(s: SamplingConfig) -> str:
+    if s.temperature == 0:
+        return "greedy"
+    parts = [f"temperature {s.temperature:g}", s.top_k and f"top-k {s.top_k}", s.top_p < 1 and f"top-p {s.top_p:g}",
+             s.repetition_penalty != 1 and f"repetition penalty {s.repetition_penalty:g}"]
+    return "sampling at " + ", ".join(p for p in parts if p)
+
+
 def _print_report(r: BenchReport, startup: Startup) -> None:
     env = r.environment
     out = stdout_console()
     out.print(
         f"{escape(r.model)} ({r.format}, {r.dtype}, {r.params / 1e9:.3f} B params) on {env['device']}; "
         f"torch {env['torch']}, triton {env['triton']}; load {r.load_s:.2f} s{preloaded(startup)}; "
-        f"copy bandwidth {r.copy_bw_gb_s:.0f} GB/s; prompt {r.prompt_tokens}, new {r.new_tokens}"
+        f"copy bandwidth {r.copy_bw_gb_s:.0f} GB/s; prompt {r.prompt_tokens}, new {r.new_tokens}; {_way(r.sampling)}"
     )
     sparse = any(x.sparsity is not None for x in r.results)
     tp = any(x.tp > 1 for x in r.results)
