@@ -144,6 +144,11 @@ stage_h200() {  # 70B's float weights and their FP8 copy do not fit together: be
     | tee "$1/prefill_16_h200.txt"
   llamafast bench --random-weights --shape llama-2-70b --fp8 --new-tokens 128 --out "$1/bench_70b_fp8.json" 2>&1 \
     | tee "$1/bench_70b_fp8.txt"
+  mkdir -p "$1/sampling"  # README's 7B rows, greedy, then generate's default sampling
+  for way in greedy sampled; do
+    llamafast bench --random-weights --shape llama-2-7b --fp8 --backend triton \
+      $([ $way = sampled ] && echo --temperature 0.6) 2>&1 | tee "$1/sampling/bench_7b_$way.txt"
+  done
 }
 
 stage_smollm2() {  # the real GGUF (test data); greedy tokens against transformers' fp32 golden, in fp32 and bf16
