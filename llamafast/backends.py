@@ -115,7 +115,6 @@ def fused_sample(logits, seen, counts, draw, cfg: SamplingConfig, n_vocab=None):
     return reference.sample_token(logits, seen, counts, draw, cfg, n_vocab)
 
 
-
 def check_decode_step(model: Transformer) -> None:
     """Raises when the persistent kernel's watchdog fired since the model's step was built: some program gave up
     waiting on a counter, so the tokens after it are wrong (reads one int from the GPU: once per prompt)."""
