@@ -43,7 +43,8 @@ OutOpt = Annotated[Optional[Path], typer.Option(help="Also write the JSON report
 # then it is timed. A rank 0 that fails tells the others at once, and one that dies closes their connections.
 TP1_WAIT = timedelta(hours=1)
 
-# The preset keys bench reads (it decodes greedily: a [sampling] table would be ignored, so it is refused).
+# The preset keys bench reads: it decodes greedily, or as `bench decode --temperature ...` asks, never as a preset's
+# [sampling] table says, which is refused rather than ignored.
 BENCH_KEYS = {"model", "tokenizer", "shape", "random_weights", "device", "dtype", "backend", "max_new_tokens",
               "prompt_len"}
 
