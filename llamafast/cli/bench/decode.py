@@ -16,8 +16,9 @@ from llamafast.cli.bench.shared import (
 )
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, PenaltyOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors,
-    emit_json, parse_floats, note, pick, require_routers, stdout_console,
+    emit_json, parse_floats, note, require_routers, sampling_config, stdout_console,
 )
+from llamafast.cli.presets import RunConfig
 from llamafast.cli.tp import TP_COMM_HELP, TPOpt, make_comms, on_every_rank, tensor_parallel
 from llamafast.config import Backend, FP8Format, SamplingConfig, SparseMode, SparseRun, TPComm, model_config
 from llamafast.errors import LlamafastError
@@ -69,10 +70,9 @@ def decode(
 
 
 def _sampling(temperature, top_k, top_p, repetition_penalty) -> SamplingConfig:
-    """Greedy unless --temperature is given; the other options as generate's defaults; checked."""
-    sampling = SamplingConfig(pick(temperature, 0.0), pick(top_k, 0), pick(top_p, 0.9), pick(repetition_penalty, 1.0))
-    sampling.validate()
-    return sampling
+    """Greedy unless --temperature is given; the other options as generate's defaults; checked as generate's are."""
+    greedy = RunConfig(sampling=SamplingConfig(temperature=0))
+    return sampling_config(greedy, temperature, top_k, top_p, repetition_penalty, None)
 
 
 def _timed(t, backends, fmt, blocks, tp_comm, ranks, n_prompt: int, n_new: int, sampling: SamplingConfig):
