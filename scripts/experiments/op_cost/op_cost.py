@@ -1,0 +1,133 @@
+"""What each op of a decode layer costs inside the graphed step, by leaving it out: random weights of SHAPE (bf16,
+with --fp8 their FP8 E5M2 copy too) decode 256 steps after a 16-token prompt on the triton backend, greedy, with
+every op, then with one op of every layer replaced by a no-op that returns a buffer of its output's shape (the
+tokens are garbage; the GEMVs' time does not depend on their values), in turn, twice. Under programmatic
+dependent launch the kernels overlap, so a profiler's per-kernel rows do not split a layer; what the step loses
+with an op gone does: that op's own time plus what its boundaries cost, beside the time its weights take at the
+copy bandwidth measured in the same run.
+
+    PYTHONPATH=. python scripts/experiments/op_cost/op_cost.py llama-2-7b --fp8
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import torch
+
+from llamafast.backends import with_backend
+from llamafast.measure.common import copy_bandwidth
+from llamafast.config import Backend, SamplingConfig
+from llamafast.generate import Engine
+from llamafast.load import quantized, random_model
+from llamafast.measure.common import random_prompt
+from llamafast.quant import FP8Format
+from llamafast.runtime import ready_built
+
+STEPS = 256
+GREEDY = SamplingConfig(temperature=0, seed=1)
+
+
+def timed(fn, device) -> float:
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
+
+
+def step_us(engine: Engine, prompt: list[int], device) -> float:
+    engine.prefill(prompt)
+    for _ in range(3):
+        engine.decode()  # captures the graph
+    engine.prefill(prompt)
+    return 1e6 * timed(lambda: [engine.decode() for _ in range(STEPS)], device) / STEPS
+
+
+class Static:
+    """One zeroed buffer per shape and dtype, the same tensor on every call (graph capture keeps its address)."""
+
+    def __init__(self):
+        self.bufs = {}
+
+    def __call__(self, shape, like: torch.Tensor) -> torch.Tensor:
+        key = (tuple(shape), like.dtype)
+        if key not in self.bufs:
+            self.bufs[key] = torch.zeros(shape, dtype=like.dtype, device=like.device)
+        return self.bufs[key]
+
+
+def without(ops, op: str, dim: int, static: Static):
+    """ops with `op` of every layer a no-op."""
+    if op == "qkv":
+        def qkv(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps, **kw):
+            h = (wqkv.shape[0] - 2 * k_cache.shape[0] * k_cache.shape[2]) // k_cache.shape[2]
+            return static((1, h, k_cache.shape[2]), x)
+        return dataclasses.replace(ops, rmsnorm_qkv_rope=qkv)
+    if op == "attention":
+        return dataclasses.replace(ops, attention=lambda q, k, v, pos, **kw: static((1, q.shape[1] * q.shape[2]), q))
+    if op == "swiglu":
+        return dataclasses.replace(ops, rmsnorm_swiglu=lambda x, g, w1, w3, eps, **kw: static((1, w1.shape[0]), x))
+    real = ops.linear_residual
+    square = op == "wo"
+
+    def linear(x, w, residual, **kw):
+        if (w.shape[0] == w.shape[1]) == square:
+            return residual
+        return real(x, w, residual, **kw)
+    return dataclasses.replace(ops, linear_residual=linear)
+
+
+OPS = ("qkv", "attention", "wo", "swiglu", "w2")
+
+
+def layer_bytes(model) -> dict[str, int]:
+    """Each op's weight bytes in one layer."""
+    b = model.layers[0]
+    size = lambda w: w.data.numel() * w.data.element_size() + (0 if w.scale is None else w.scale.numel() * 4)
+    ffn = b.feed_forward
+    return {"qkv": size(b.attention.qkv), "attention": 0, "wo": size(b.attention.wo.w),
+            "swiglu": size(ffn.w1.w) + size(ffn.w3.w), "w2": size(ffn.w2.w)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("shape")
+    p.add_argument("--fp8", action="store_true")
+    a = p.parse_args()
+    device = torch.device("cuda")
+    base = random_model(a.shape, device)
+    models = [base, quantized(base, FP8Format.e5m2)] if a.fp8 else [base]
+    for lm in models:
+        ready_built(lm)
+    config = base.model.config
+    prompt = random_prompt(16, config.vocab_size, torch.Generator().manual_seed(0))
+    bw = copy_bandwidth(device)
+    print(f"{a.shape} on {torch.cuda.get_device_name(device)}; 16 + {STEPS} tokens, greedy; {config.n_layers} layers;"
+          f" copy bandwidth {bw:.0f} GB/s", flush=True)
+    static = Static()
+    for lm in models:
+        engines = {}
+        for op in ("every op", *OPS):
+            model = with_backend(lm.model, Backend.triton)
+            if op != "every op":
+                model.backend = dataclasses.replace(model.backend, decode=without(model.backend.decode, op,
+                                                                                  config.dim, static))
+            engines[op] = Engine(model, GREEDY, len(prompt) + STEPS + 8)
+        sizes = layer_bytes(lm.model)
+        for rep in (1, 2):
+            full = step_us(engines["every op"], prompt, device)
+            print(f"{lm.weights:9} run {rep}: every op {full:8.1f} µs per step", flush=True)
+            for op in OPS:
+                t = step_us(engines[op], prompt, device)
+                saved = (full - t) / config.n_layers
+                at_bw = sizes[op] / bw / 1e3  # bytes / (GB/s) in µs
+                print(f"{lm.weights:9} run {rep}: without {op:9} {t:8.1f} µs per step: {saved:6.2f} µs a layer, its"
+                      f" weights {sizes[op] / 1e6:7.2f} MB = {at_bw:6.2f} µs at the copy bandwidth, over by"
+                      f" {saved - at_bw:5.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
