@@ -20,7 +20,6 @@ from .linear_residual import linear_residual
 from .prefill.prefill_linear import prefill_linear_residual, prefill_lm_head
 from .prefill.prefill_qkv_rope import prefill_qkv_rope
 from .prefill.prefill_swiglu import prefill_swiglu
-from .qkv_attention import SHORT_LEN, qkv_attention
 from .rmsnorm_lm_head import CONFIGS as _LM_HEAD
 from .rmsnorm_lm_head import H200 as _LM_HEAD_H200
 from .rmsnorm_lm_head import rmsnorm_lm_head
@@ -58,7 +57,6 @@ ON_GPU = {
 
 __all__ = [
     "COMMITTED", "ON_GPU", "decode_attention", "dequantize_blocks", "flash_attention", "linear_residual",
-    "prefill_linear_residual", "prefill_lm_head", "prefill_qkv_rope", "prefill_swiglu", "qkv_attention",
-    "SHORT_LEN", "rmsnorm_lm_head",
+    "prefill_linear_residual", "prefill_lm_head", "prefill_qkv_rope", "prefill_swiglu", "rmsnorm_lm_head",
     "rmsnorm_qkv_rope", "rmsnorm_swiglu", "sample_token", "sparse_ffn",
 ]

@@ -78,19 +78,13 @@ def attention_split(
     counter_ptr, out_ptr,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
-    WHOLE: tl.constexpr = False,  # split 0 is the whole sequence, at any length (qkv_attention.py's tail)
-    STAGES: tl.constexpr = 1,  # K/V blocks in flight (tl.range's software pipeline), for WHOLE's longer walk
 ):
     """One split of one KV head's sequence; the head's last split to finish merges the used ones."""
     length = tl.load(pos_ptr) + 1
     used = tl.cdiv(length, SPLIT_LEN)  # splits holding positions; the rest have nothing to do
-    if WHOLE:
-        used = 1
     if split < used:
         start = split * SPLIT_LEN
         end = tl.minimum(start + SPLIT_LEN, length)
-        if WHOLE:
-            end = length
         g = tl.arange(0, BLOCK_G)
         d = tl.arange(0, BLOCK_D)
         heads = kvh * GROUP + g
@@ -100,7 +94,7 @@ def attention_split(
         l = tl.zeros((BLOCK_G,), dtype=tl.float32)
         acc = tl.zeros((BLOCK_G, BLOCK_D), dtype=tl.float32)
         base = kvh.to(tl.int64) * stride_ch
-        for s0 in tl.range(start, end, BLOCK_S, num_stages=STAGES):
+        for s0 in range(start, end, BLOCK_S):
             s = s0 + tl.arange(0, BLOCK_S)
             kv_mask = (s < end)[:, None] & (d < HEAD_DIM)[None, :]
             offs = base + s[:, None] * stride_cs + d[None, :]
@@ -122,9 +116,7 @@ def attention_split(
             l = l * alpha + tl.sum(p, axis=1)
             m = m_new
         out = acc / l[:, None]  # a used split holds at least one position
-        if WHOLE:
-            tl.store(out_ptr + heads[:, None] * HEAD_DIM + d[None, :], out.to(out_ptr.dtype.element_ty), mask=q_mask)
-        elif used == 1:
+        if used == 1:
             tl.store(out_ptr + heads[:, None] * HEAD_DIM + d[None, :], out.to(out_ptr.dtype.element_ty), mask=q_mask)
         else:
             row = heads * n_splits + split
@@ -176,14 +168,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     return out
 
 
-_TICKETS: dict[tuple[torch.device, int, str], torch.Tensor] = {}
+_TICKETS: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 
-def tickets(device: torch.device, n: int, use: str = "merge") -> torch.Tensor:
-    """A kernel's per-KV-head tickets on a device (use: which kernel's): zeros, which every call leaves at zero, so
-    the layers of a step (run one after another) and every replay of a captured step share one buffer. Made on
-    first use, which is an eager step before any capture."""
-    key = (device, n, use)
+def tickets(device: torch.device, n: int) -> torch.Tensor:
+    """The merge's per-KV-head tickets on a device: zeros, which every call leaves at zero, so the layers of
+    a step (run one after another) and every replay of a captured step share one buffer. Made on first use,
+    which is an eager step before any capture."""
+    key = (device, n)
     if key not in _TICKETS:
         _TICKETS[key] = torch.zeros(n, dtype=torch.int32, device=device)
     return _TICKETS[key]

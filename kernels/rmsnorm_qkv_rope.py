@@ -121,7 +121,11 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     n, c = wqkv.shape
     kvh, smax, d = k_cache.shape
     qd = n - 2 * kvh * d
-    check_args(x, norm_w, wqkv, cos, sin, k_cache, v_cache)
+    check_vector("x", x, c)
+    check_vector("norm_w", norm_w, c)
+    check_weight("wqkv", wqkv, c)
+    assert k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "k and v caches: same layout, D contiguous"
+    assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
     q = torch.empty((1, qd // d, d), device=x.device, dtype=x.dtype)
     cfg = gemv_config(CONFIGS if configs is None else configs, wqkv, summed=bool(parts))
     head, tail = wqkv.head, wqkv.tail
@@ -129,20 +133,9 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
         gemv_input(x, wqkv, cfg, norm_w), norm_w, head.data, scale_arg(head), cos, sin, pos, q, k_cache, v_cache,
         n, c, qd, kvh * d, head.data.stride(0), k_cache.stride(0), k_cache.stride(1), eps,
-        HEAD_DIM=d, **launch_args(cfg, head, block_n, pdl=tail is None), **parts, **tail_args(head, tail),
+        HEAD_DIM=d, **launch_args(cfg, head, block_n, pdl=tail is None), **parts, **_tail_args(head, tail),
     )
     return q
-
-
-def check_args(x, norm_w, wqkv: Weight, cos, sin, k_cache, v_cache) -> None:
-    """The shapes and layouts the kernel (and qkv_attention.py's) assumes."""
-    c = wqkv.shape[1]
-    _, smax, d = k_cache.shape
-    check_vector("x", x, c)
-    check_vector("norm_w", norm_w, c)
-    check_weight("wqkv", wqkv, c)
-    assert k_cache.stride() == v_cache.stride() and k_cache.stride(2) == 1, "k and v caches: same layout, D contiguous"
-    assert cos.shape == (smax, d // 2) and cos.is_contiguous() and sin.is_contiguous(), "cos/sin: (Smax, D/2)"
 
 
 def qkv_rows(block_n: int, wqkv: Weight) -> int:
@@ -154,7 +147,7 @@ def qkv_rows(block_n: int, wqkv: Weight) -> int:
     return block_n
 
 
-def tail_args(head: Weight, tail: Weight | None) -> dict:
+def _tail_args(head: Weight, tail: Weight | None) -> dict:
     """The kernel's tail arguments: the rows past the head's, in their own block format."""
     if tail is None:
         return {}

@@ -12,7 +12,6 @@ committed ones that tuning extends for the model's shapes.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,10 +58,6 @@ class BackendOps:
     # The next token from the logits, (logits, seen, counts, draw, cfg, n_vocab) -> (1,): torch's kernels, or
     # fused_sample on the triton backends.
     sample: Callable = reference.sample_token
-    # Decode steps whose context holds at most short_len positions: RMSNorm + QKV + RoPE and attention in one
-    # kernel (kernels/qkv_attention.py), its attention op passing the result through (Transformer.short_len).
-    decode_short: Ops | None = None
-    short_len: int = 0
 
 
 REFERENCE_OPS = Ops(reference.rmsnorm_qkv_rope, reference.attention, reference.linear_residual,
@@ -104,25 +99,7 @@ def backend_ops(backend: Backend, launches: Launches | None = None, gpu: str | N
                   reference.linear_residual_t)
     persistent = backend == Backend.persistent
     layers = functools.partial(_persistent_layers, configs=launches["decode_step"]) if persistent else None
-    short = dataclasses.replace(decode, rmsnorm_qkv_rope=bound(kernels.qkv_attention, "rmsnorm_qkv_rope"),
-                                attention=attended)
-    return BackendOps(backend, decode, prefill, "graph", launches, layers, int8=True, sample=fused_sample,
-                      decode_short=short, short_len=kernels.SHORT_LEN)
-
-
-def inductor_settings() -> None:
-    """gpt-fast's inductor settings, so the compile baseline is the technique at its best: coordinate-descent
-    tuning of the generated M=1 matmul kernels, and the FX graph cache for warm restarts."""
-    import torch._inductor.config as inductor
-
-    inductor.coordinate_descent_tuning = True
-    inductor.triton.unique_kernel_names = True
-    inductor.fx_graph_cache = True
-
-
-def attended(out, k_cache, v_cache, pos):
-    """The attention op of decode_short: the op before it attended already."""
-    return out
+    return BackendOps(backend, decode, prefill, "graph", launches, layers, int8=True, sample=fused_sample)
 
 
 def fused_sample(logits, seen, counts, draw, cfg: SamplingConfig, n_vocab=None):

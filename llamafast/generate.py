@@ -20,7 +20,7 @@ import torch
 from llamafast.config import SamplingConfig
 from llamafast.errors import LlamafastError
 from llamafast.model import Transformer
-from llamafast.backends import check_decode_step, inductor_settings
+from llamafast.backends import check_decode_step
 from llamafast.prompt_graph import PromptGraphs, hold_if_parallel
 from llamafast.sampling import uses_counts
 from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
@@ -92,7 +92,7 @@ class Engine:
             model.setup_cache(max_seq_len)
         self.prompts = PromptGraphs(model, self.prefill_chunk) if prompt_graphs and self.mode == "graph" else None
         if self.mode == "compile":
-            inductor_settings()
+            _inductor_settings()
             self._compiled = torch.compile(self._next_token, mode="reduce-overhead", fullgraph=True)
 
     def configure(self, sampling: SamplingConfig, top_logprobs: int | None = None) -> None:
@@ -149,7 +149,7 @@ class Engine:
         if bool(torch.isfinite(logits).all()):
             self.finite = True
             return
-        bad = self.model.first_non_finite()
+        bad = first_non_finite(self.model)
         raise LlamafastError(
             f"the model's logits are NaN or inf after the prompt: its tensor {bad} holds NaN or inf values "
             "(a corrupt checkpoint)" if bad else "the model's logits are NaN or inf after the prompt, though no weight "
@@ -181,35 +181,24 @@ class Engine:
         """Feeds self.token at self.pos and samples the next one into self.token."""
         if self.mode == "graph":
             key = self.graph_key()
-            graph = self._graphs.pop(key, None) or self._capture(key)
+            graph = self._graphs.pop(key, None)
+            if graph is None:
+                if len(self._graphs) >= MAX_DECODE_GRAPHS:
+                    del self._graphs[next(iter(self._graphs))]  # the least recently used
+                graph = self._capture()
             self._graphs[key] = graph  # last in the dict: the most recently used
-            if key[-1] and self.max_seq_len > self.model.short_len and (*key[:-1], False) not in self._graphs:
-                self._capture((*key[:-1], False))  # now, not as the context outgrows short_len mid-generation
             graph.replay()
         else:
-            self.model.short_step = self.n_cached < self.model.short_len
             step = self._compiled or self._next_token
             self._advance(step(self.token, self.pos, self.seen), 1)
-            self.model.short_step = False
         self.n_cached += 1
 
     def graph_key(self) -> tuple:
         """What a decode graph bakes in: every sampling setting but the seed (the generator's state is read at each
-        replay), the logprobs recorded, and whether the context fits the model's short_len."""
-        short = self.n_cached < self.model.short_len
-        return (*dataclasses.astuple(dataclasses.replace(self.sampling, seed=None)), self.top_logprobs, short)
+        replay), and the logprobs recorded."""
+        return (*dataclasses.astuple(dataclasses.replace(self.sampling, seed=None)), self.top_logprobs)
 
-    def _capture(self, key: tuple) -> torch.cuda.CUDAGraph:
-        """_capture_step's graph for key, kept as the most recently used; the least recently used goes past
-        MAX_DECODE_GRAPHS."""
-        if len(self._graphs) >= MAX_DECODE_GRAPHS:
-            del self._graphs[next(iter(self._graphs))]
-        self.model.short_step = key[-1]
-        self._graphs[key] = graph = self._capture_step()
-        self.model.short_step = False
-        return graph
-
-    def _capture_step(self) -> torch.cuda.CUDAGraph:
+    def _capture(self) -> torch.cuda.CUDAGraph:
         """Captures one whole decode step (all layers, sampling, the state update) as a CUDA graph.
 
         One eager step on a side stream first compiles the Triton kernels (cached on disk across runs)
@@ -240,6 +229,25 @@ class Engine:
         if uses_counts(self.sampling):
             self.counts.index_add_(0, self.token, torch.ones_like(self.counts[:1]))
         self.pos.add_(n)
+
+
+def first_non_finite(model: torch.nn.Module) -> str | None:
+    """The name of the first floating-point parameter or buffer holding NaN or inf, else None (FP8 weights are
+    int8 bit patterns: their scales are checked)."""
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return name
+    return None
+
+
+def _inductor_settings() -> None:
+    """gpt-fast's inductor settings, so the compile baseline is the technique at its best: coordinate-descent
+    tuning of the generated M=1 matmul kernels, and the FX graph cache for warm restarts."""
+    import torch._inductor.config as inductor
+
+    inductor.coordinate_descent_tuning = True
+    inductor.triton.unique_kernel_names = True
+    inductor.fx_graph_cache = True
 
 
 @dataclass

@@ -139,7 +139,6 @@ class Transformer(nn.Module):
         self.layout = layout  # a sparsified model's FFN layout, else None
         self.sparse: SparseRun | None = None  # set_sparsity: how decode steps run the FFN (None: dense)
         self.sparse_prefill = False  # whether prompts run the sparse FFN too (the quality lab's teacher forcing)
-        self.short_step = False  # a decode step's context fits short_len: Engine sets it (a graph bakes it in)
         # Given its weight, nn.Embedding skips reset_parameters: its normal_ on the meta device went through
         # torch's function-mode dispatch, which imported torch._dynamo and friends: 1.8 s of a CPU start-up.
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim, _weight=torch.empty(config.vocab_size,
@@ -173,8 +172,6 @@ class Transformer(nn.Module):
         """tokens (S,) int64 at positions pos..pos+S-1 -> fp32 logits (S, V), or (1, V) of the last token, or of
         row `last` ((1,) on the device: a padded prompt's last real token, prompt_graph.py)."""
         ops = self.backend.decode if tokens.shape[0] == 1 else self.backend.prefill
-        if tokens.shape[0] == 1 and self.short_step and self.short_len:
-            ops = self.backend.decode_short
         x = self.tok_embeddings.weight[tokens]  # (S, C)
         eps = self.config.norm_eps
         sparse = self.sparse if tokens.shape[0] == 1 or self.sparse_prefill else None
@@ -190,23 +187,6 @@ class Transformer(nn.Module):
         if self.comm is not None:
             return self.comm.lm_head(head, x, self.norm.weight, self.output.w, eps, 2 * len(self.layers))
         return head.rmsnorm_lm_head(x, self.norm.weight, self.output.w, eps)
-
-    def first_non_finite(self) -> str | None:
-        """The name of the first floating-point parameter or buffer holding NaN or inf, else None (FP8 weights are
-        int8 bit patterns: their scales are checked)."""
-        for name, t in [*self.named_parameters(), *self.named_buffers()]:
-            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-                return name
-        return None
-
-    @property
-    def short_len(self) -> int:
-        """Contexts (positions, the new one included) up to which a decode step may run backend.decode_short: 0
-        where it has none, and where the step runs otherwise (tensor parallel, the persistent kernel)."""
-        b = self.backend
-        if b.decode_short is None or self.comm is not None or (b.layers is not None and self.sparse is None):
-            return 0
-        return b.short_len
 
     @property
     def world(self) -> int:

@@ -95,12 +95,6 @@ def attention(q, k_cache, v_cache, pos):
     return out[0].transpose(0, 1).reshape(S, H * D)
 
 
-def qkv_attention(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, eps):
-    """rmsnorm_qkv_rope, then attention over the cache through pos, (S, C) -> (S, H*D): what
-    kernels/qkv_attention.py does in one kernel for one token."""
-    return attention(rmsnorm_qkv_rope(x, norm_w, wqkv, cos, sin, pos, k_cache, v_cache, eps), k_cache, v_cache, pos)
-
-
 def linear_residual(x, w: Weight, residual):
     """residual + x @ w.T: the output projection (wo, 32 MB) and down projection (w2, 90 MB) at 7B."""
     return residual + product(x, w)

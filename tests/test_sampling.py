@@ -166,7 +166,7 @@ def test_decode_graphs_are_kept_per_sampling(stories, monkeypatch):
 
     engine = Engine(stories.model, SamplingConfig(), 64)
     engine.mode = "graph"
-    monkeypatch.setattr(engine, "_capture_step", lambda: captured.append(engine.graph_key()) or Graph())
+    monkeypatch.setattr(engine, "_capture", lambda: captured.append(engine.graph_key()) or Graph())
     for seed in (1, 2):
         engine.configure(SamplingConfig(seed=seed))
         engine.decode()

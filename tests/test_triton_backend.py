@@ -4,8 +4,6 @@ prompts of 1,000 and 4,000 tokens (GPU)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
@@ -145,41 +143,3 @@ def test_prefill_as_accurate_as_reference(shape, n_prompt):
     ref_err, fused_err = _errors([ref], [truth])[0], _errors([fused], [truth])[0]
     print(f"{shape} bf16 prefill logits vs fp32 at {n_prompt} tokens: fused {fused_err:.2e}, reference {ref_err:.2e}")
     assert fused_err <= 1.25 * ref_err
-
-
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_golden_across_the_short_length(golden, device):
-    """Decode steps whose context fits the backend's short_len run RMSNorm + QKV and attention in one kernel
-    (kernels/qkv_attention.py), later ones the two kernels: the golden tokens across the change; on CUDA both
-    graphs were captured at the first step."""
-    if device == "cpu" and torch.cuda.is_available():
-        pytest.skip("the GPU runs the CUDA case")
-    lm = load_model(None, device=torch.device(device), dtype=DType.float32, backend=Backend.triton)
-    case = golden["prompt_once_upon_a_time"]
-    short = len(case["prompt_ids_with_bos"]) + 6
-    lm.model.backend = dataclasses.replace(lm.model.backend, short_len=short)
-    engine = Engine(lm.model, GREEDY, short + 16)
-    out = generate(engine, lm.tokenizer, case["prompt_ids_with_bos"], 16)
-    assert out.token_ids == case["continuation_ids"][:16]
-    if device == "cuda":
-        assert sorted(key[-1] for key in engine._graphs) == [False, True]
-
-
-def test_short_and_long_decode_graphs_are_captured_together():
-    """The first decode step whose context fits short_len captures the graph for longer ones too, so no capture
-    interrupts a generation as it grows past short_len. Stand-in graphs on the CPU."""
-    captured = []
-
-    class Graph:
-        def replay(self):
-            pass
-
-    model = load_model(None, device=torch.device("cpu"), backend=Backend.triton).model
-    engine = Engine(model, GREEDY, 64)
-    engine.mode = "graph"
-    engine._capture_step = lambda: captured.append(model.short_step) or Graph()
-    model.backend = dataclasses.replace(model.backend, short_len=10)
-    engine.n_cached = 7
-    for _ in range(6):  # contexts 8 to 13
-        engine.decode()
-    assert captured == [True, False] and not model.short_step

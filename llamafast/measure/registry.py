@@ -22,8 +22,7 @@ from llamafast.model import rope_tables
 from llamafast.quant import FP8Format, quantize, quantize_blocks
 
 from llamafast.kernels import (
-    decode_attention, linear_residual, qkv_attention, rmsnorm_lm_head, rmsnorm_qkv_rope, rmsnorm_swiglu, sample_token,
-    sparse_ffn,
+    decode_attention, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope, rmsnorm_swiglu, sample_token, sparse_ffn,
 )
 
 Inputs = tuple[tuple, dict]  # positional arguments, keyword arguments
@@ -163,9 +162,6 @@ def _attention_bytes(c: ModelConfig, dtype, context, fp8=None):
     return 2 * c.kv_dim * context * dtype.itemsize + 2 * c.dim * dtype.itemsize
 
 
-_QKV_BYTES = _gemv_bytes(lambda c: c.qkv_dim, lambda c: c.dim)
-
-
 def _sample_inputs(c: ModelConfig, dtype, device, context, fp8=None):
     """The LM head's fp32 logits, a tenth of the vocabulary seen, and the default way of sampling."""
     logits = rand(c.vocab_size, dtype=torch.float32, device=device, scale=3.0)
@@ -178,11 +174,9 @@ def _sample_inputs(c: ModelConfig, dtype, device, context, fp8=None):
 REGISTRY: dict[str, KernelSpec] = {
     spec.name: spec
     for spec in [
-        KernelSpec("rmsnorm_qkv_rope", rmsnorm_qkv_rope, reference.rmsnorm_qkv_rope, _qkv_inputs, _QKV_BYTES),
+        KernelSpec("rmsnorm_qkv_rope", rmsnorm_qkv_rope, reference.rmsnorm_qkv_rope, _qkv_inputs,
+                   _gemv_bytes(lambda c: c.qkv_dim, lambda c: c.dim)),
         KernelSpec("decode_attention", decode_attention, reference.attention, _attention_inputs, _attention_bytes),
-        KernelSpec("qkv_attention", qkv_attention, reference.qkv_attention, _qkv_inputs,
-                   lambda c, dtype, context, fp8=None: _QKV_BYTES(c, dtype, context, fp8)
-                   + _attention_bytes(c, dtype, context)),
         KernelSpec("linear_residual[wo]", linear_residual, reference.linear_residual,
                    residual_inputs(lambda c: c.dim), _gemv_bytes(lambda c: c.dim, lambda c: c.dim)),
         KernelSpec("rmsnorm_swiglu", rmsnorm_swiglu, reference.rmsnorm_swiglu, swiglu_inputs,
