@@ -7,6 +7,7 @@ with an op gone does: that op's own time plus what its boundaries cost, beside t
 copy bandwidth measured in the same run.
 
     PYTHONPATH=. python scripts/experiments/op_cost/op_cost.py llama-2-7b --fp8
+    PYTHONPATH=. python scripts/experiments/op_cost/op_cost.py llama-2-70b --fp8-only
 """
 
 from __future__ import annotations
@@ -96,13 +97,17 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("shape")
     p.add_argument("--fp8", action="store_true")
+    p.add_argument("--fp8-only", action="store_true", help="the FP8 copy alone, drawn tensor by tensor (70B)")
     a = p.parse_args()
     device = torch.device("cuda")
-    base = random_model(a.shape, device)
-    models = [base, quantized(base, FP8Format.e5m2)] if a.fp8 else [base]
+    if a.fp8_only:
+        models = [random_model(a.shape, device, fp8=FP8Format.e5m2)]
+    else:
+        base = random_model(a.shape, device)
+        models = [base, quantized(base, FP8Format.e5m2)] if a.fp8 else [base]
     for lm in models:
         ready_built(lm)
-    config = base.model.config
+    config = models[0].model.config
     prompt = random_prompt(16, config.vocab_size, torch.Generator().manual_seed(0))
     bw = copy_bandwidth(device)
     print(f"{a.shape} on {torch.cuda.get_device_name(device)}; 16 + {STEPS} tokens, greedy; {config.n_layers} layers;"
