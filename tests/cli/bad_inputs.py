@@ -323,6 +323,8 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
         Case("bench timeline", "on the CPU", lambda t: BENCH, "CUDA GPU"),
         Case("bench timeline", "a backend it does not time (--backend compile)",
              lambda t: [*BENCH, "--backend", "compile"], "--backend triton|persistent"),
+        Case("bench timeline", "--leave-out on the persistent backend",
+             lambda t: [*BENCH, "--leave-out", "--backend", "persistent"], "--leave-out leaves out"),
         Case("bench", "two of the single command's modes (--timeline --prefill)",
              lambda t: [*BENCH, "--timeline", "--prefill"], "No such option: --prefill"),
         Case("info", "a model path that does not exist", lambda t: ["--model", str(t / "nope")], "not found"),

@@ -19,6 +19,9 @@ from llamafast.cli.common import (
 from llamafast.config import Backend, FP8Format
 from llamafast.errors import LlamafastError
 
+# Decode steps each way of --leave-out replays: a 7B step takes 2-4 ms on an H200, so a way takes about a second.
+LEAVE_OUT_STEPS = 256
+
 
 def timeline(
     model: ModelOpt = None,
@@ -36,36 +39,45 @@ def timeline(
     fp8: FP8BesideOpt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
     weights: BlockCopiesOpt = None,
+    leave_out: Annotated[bool, typer.Option(
+        "--leave-out", help="Also time the step with each op of every layer left out, in turn: what the step loses "
+                            "without it splits a layer where the kernels overlap (triton backend).")] = False,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ):
     """Profile the decode step on a CUDA GPU: each kernel where it runs, with the idle gap before it, per op and per
-    layer (or, with --backend persistent, each op of the one-kernel step and its tail)."""
+    layer (or, with --backend persistent, each op of the one-kernel step and its tail); with --leave-out, what each
+    op of a layer costs the step."""
     fmt = fp8_format if fp8 else None
     with clean_errors():
         t = target(model, tokenizer, random_weights, shape, device, dtype, config, out)
         n_prompt = pick(prompt_len, t.run.prompt_len)
-        _check(t, n_prompt, reps, backend)
+        _check(t, n_prompt, reps, backend, leave_out)
         blocks = block_copies(weights, t, fmt, None)
         with readied(t, backend, None, fmt, blocks) as (models, _):
-            _report(models, fmt, n_prompt, reps, json_out, out, backend)
+            _report(models, fmt, n_prompt, reps, json_out, out, backend, leave_out)
 
 
-def _check(t, n_prompt: int, reps: int, backend: Backend) -> None:
+def _check(t, n_prompt: int, reps: int, backend: Backend, leave_out: bool) -> None:
     if backend not in (Backend.triton, Backend.persistent):
         raise LlamafastError("bench timeline times the triton or persistent decode step: --backend triton|persistent")
+    if leave_out and backend != Backend.triton:
+        raise LlamafastError("--leave-out leaves out the per-op graph's ops: it needs --backend triton")
     if t.device.type != "cuda":
         raise LlamafastError("bench timeline profiles the decode step on the GPU and needs a CUDA GPU")
     if n_prompt < 1 or reps < 1:
         raise LlamafastError("--prompt-len and --reps must be at least 1")
-    if n_prompt + reps + 8 > t.config.max_seq_len:  # run_timeline's cache: the prompt, warm-up and profiled steps
-        raise LlamafastError(f"--prompt-len {n_prompt} and --reps {reps} need {n_prompt + reps + 8} positions; the "
-                             f"model's context is {t.config.max_seq_len} tokens")
+    steps = max(reps, LEAVE_OUT_STEPS if leave_out else 0)
+    if n_prompt + steps + 8 > t.config.max_seq_len:  # the cache: the prompt, warm-up and timed steps
+        raise LlamafastError(f"--prompt-len {n_prompt} and {steps} timed steps need {n_prompt + steps + 8} positions; "
+                             f"the model's context is {t.config.max_seq_len} tokens")
 
 
-def _report(models, fp8, n_prompt: int, replays: int, json_out: bool, out, backend: Backend) -> None:
+def _report(models, fp8, n_prompt: int, replays: int, json_out: bool, out, backend: Backend,
+            leave_out: bool) -> None:
     """models: the readied float model and, with --fp8, its FP8 copy (with --weights, its block copies); each one's
     decode step on the backend."""
+    from llamafast.bench.leave_out import run_leave_out
     from llamafast.bench.step_timeline import run_step_timeline
     from llamafast.bench.timeline import run_timeline
     from llamafast.measure.common import copy_bandwidth
@@ -76,8 +88,10 @@ def _report(models, fp8, n_prompt: int, replays: int, json_out: bool, out, backe
     timelines = [run(lm.model, lm.weights, fp8 if fp8 is not None and lm.weights == fp8.weights else None,
                      n_prompt, replays, copy_bw)
                  for lm in models]
+    left = [run_leave_out(lm.model, lm.weights, n_prompt, LEAVE_OUT_STEPS, copy_bw)
+            for lm in models] if leave_out else []
     report = {"model": models[0].source, "backend": backend.value, "prompt_tokens": n_prompt,
-              "timelines": [t.to_dict() for t in timelines]}
+              "timelines": [t.to_dict() for t in timelines], "leave_out": [r.to_dict() for r in left]}
     if emit_json(report, out, json_out):
         return
     console = stdout_console()
@@ -92,6 +106,18 @@ def _report(models, fp8, n_prompt: int, replays: int, json_out: bool, out, backe
             console.print(f"step {t.span_us:.1f} µs = kernels {t.kernel_us:.1f} + gaps {t.gap_us:.1f}; "
                           f"a middle layer {t.layer_us:.1f} µs")
         console.print(_table(t))
+    for r in left:
+        console.print(f"{r.weights} weights, each op of every layer left out in turn: {r.steps} steps a way, the "
+                      f"faster of two turns; every op {r.step_us:.1f} µs a step, {r.layers} layers")
+        console.print(_left_table(r))
+
+
+def _left_table(r) -> Table:
+    table = Table("op left out", "step µs", "saved µs a layer", "weights MB a layer", "µs at copy BW", "over µs")
+    for o in r.ops:
+        table.add_row(escape(o.op), f"{o.step_us:.1f}", f"{o.saved_us:.2f}", f"{o.weight_bytes / 1e6:.2f}",
+                      f"{o.at_copy_bw_us:.2f}", f"{o.saved_us - o.at_copy_bw_us:.2f}")
+    return table
 
 
 def _table(t) -> Table:
