@@ -40,15 +40,26 @@ from llamafast.tp.dist import setup
 
 
 class NoComm:
-    """Each rank's partial sums kept to itself: the arithmetic of a TP step without its communication."""
+    """Each rank's partial sums kept to itself: the arithmetic of a TP step without its communication. vocab: the
+    model's whole vocabulary, where a rank's LM head holds only its rows: its logits are copied into a buffer that
+    long (the rest zeros), since the sampler takes the whole vocabulary (the fused one checks it)."""
 
     name = TPComm.nccl
+
+    def __init__(self, vocab: int | None = None):
+        self.vocab, self.logits = vocab, None
 
     def row_linear(self, ops, x, w, residual, slot):
         return ops.linear_residual(x, w, residual)
 
     def lm_head(self, ops, x, norm_w, w, eps, slot):
-        return ops.rmsnorm_lm_head(x, norm_w, w, eps)
+        local = ops.rmsnorm_lm_head(x, norm_w, w, eps)
+        if self.vocab is None or local.shape[-1] == self.vocab:
+            return local
+        if self.logits is None or self.logits.shape[0] != local.shape[0]:  # made in the eager step before a capture
+            self.logits = torch.zeros(local.shape[0], self.vocab, dtype=local.dtype, device=local.device)
+        self.logits[:, : local.shape[-1]].copy_(local)
+        return self.logits
 
 
 def step_ms(model, steps: int = 200) -> float:
@@ -102,7 +113,7 @@ def _step(name: str, ms: float, show: bool = True, timeline: dict | None = None,
 def floor_model(shape: str, world: int, device: torch.device):
     """Rank 0's shard of a `world`-way split on this one GPU, decoding with no communication (its floor)."""
     model = random_model(shape, device, DType.bfloat16, Backend.triton, shard=Shard(0, world)).model
-    model.comm = NoComm()
+    model.comm = NoComm(model.config.vocab_size)
     return model
 
 
@@ -127,7 +138,7 @@ def one_gpu_steps(shape: str, world: int, device: torch.device, timeline: bool =
 def variants(ranks, model):
     """(name, comm) per variant, the floor first."""
     config, sharded = model.config, model.shard.vocab_sharded(model.config)
-    yield "none (floor)", NoComm()
+    yield "none (floor)", NoComm(model.config.vocab_size)
     for comm in (TPComm.nccl, TPComm.symm):
         yield comm.value, make_comm(comm, ranks, config, sharded, "graph")[0]
 
