@@ -12,13 +12,12 @@ tokens of the steps without an op are garbage: a GEMV takes the same time whatev
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from llamafast.config import SamplingConfig, Weight
-from llamafast.measure.common import random_prompt
+from llamafast.measure.common import now, random_prompt
 
 OPS = ("rmsnorm_qkv_rope", "decode_attention", "linear_residual[wo]", "rmsnorm_swiglu", "linear_residual[w2]")
 
@@ -77,13 +76,11 @@ def _step_us(engine, prompt: list[int], steps: int) -> float:
     for _ in range(3):
         engine.decode()
     engine.prefill(prompt)
-    sync = torch.cuda.synchronize if engine.token.is_cuda else (lambda: None)
-    sync()
-    t0 = time.perf_counter()
+    device = engine.token.device
+    t0 = now(device)
     for _ in range(steps):
         engine.decode()
-    sync()
-    return 1e6 * (time.perf_counter() - t0) / steps
+    return 1e6 * (now(device) - t0) / steps
 
 
 def _without(ops, op: str, model):
