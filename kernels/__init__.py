@@ -10,6 +10,7 @@ tuning extends for its shapes (llamafast/tuning/).
 """
 
 from .decode_attention import CONFIGS as _ATTENTION
+from .decode_attention import H200 as _ATTENTION_H200
 from .decode_attention import decode_attention
 from .decode_step import CONFIGS as _DECODE_STEP
 from .dequantize_blocks import dequantize_blocks
@@ -50,9 +51,11 @@ COMMITTED = {
 # (scripts/experiments/fp8_layout/walk_7b.txt, walk_70b.txt).
 # The TP=2 shards' entries come from the same walk over rank 0's 7B and 13B shards with no communication (their
 # floor): 1.958 -> 1.877 and 3.552 -> 3.421 ms/token (step_launches_tp2_h200.txt, step_launches_13b_tp2_h200.txt).
+# Attention's entry cuts 7B's splits from the current length (decode_attention.AttentionConfig.min_split).
 ON_GPU = {
     "NVIDIA H200": {"rmsnorm_qkv_rope": _QKV_H200, "linear_residual": _LINEAR_RESIDUAL_H200,
-                    "rmsnorm_swiglu": _SWIGLU_H200, "rmsnorm_lm_head": _LM_HEAD_H200},
+                    "rmsnorm_swiglu": _SWIGLU_H200, "rmsnorm_lm_head": _LM_HEAD_H200,
+                    "decode_attention": _ATTENTION_H200},
 }
 
 __all__ = [

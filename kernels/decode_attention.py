@@ -6,7 +6,8 @@ Grid (KVH, splits): a program takes all GROUP = H / KVH query heads of one KV he
 read once for its whole group (Llama-2-70B: 8 heads per KV head), and one split of the sequence, walked
 in BLOCK_S blocks with an online softmax; it writes its partial output and log-sum-exp. Programs whose
 split starts past L exit at once, so the loop is bounded by the current length, not by the cache size,
-while the grid stays fixed for CUDA graphs. Each KV head's last split program to finish (it takes a ticket)
+while the grid stays fixed for CUDA graphs. Splits are cut from the cache's size, or, where the launch sets
+min_split, from the current length (AttentionConfig). Each KV head's last split program to finish (it takes a ticket)
 merges that head's used splits by their LSE, so no merge kernel follows: one kernel boundary less per layer,
 +0.2% (bf16) and +0.4% (FP8 E5M2) decode tok/s at Llama-2-7B on the H100, +0.3% / +0.5% on the H200. While L
 fits one split (512 positions at 7B), split 0 writes the output itself: no partials, no ticket, no merge.
@@ -31,6 +32,13 @@ class AttentionConfig:
     n_splits: int  # programs per KV head for a full cache; the split length is a power of two >= block_s
     block_s: int  # positions per loop step
     num_warps: int
+    # 0: each split holds split_len(cache size) positions, so a 4,096-position cache (chat's and serve's for Llama
+    # 2) leaves every context up to 512 positions at 7B to one program a KV head. n > 0: the current length is cut
+    # into the grid's splits of at least n positions, the length read on the device. On an H200
+    # (scripts/experiments/attention_splits/), 7B FP8 with a 4,096-position cache: 2,502.1-2,503.8 -> 2,281.3-2,284.1
+    # us a step after a 1,000-token prompt, 2,172.6-2,177.0 -> 2,139.3-2,142.8 after 16 tokens, with n = 32; at 70B
+    # (8 KV heads of 8) it lost (18,610-18,859 -> 18,947-18,980 us, n = 32), so 70B keeps 0.
+    min_split: int = 0
 
     def split_len(self, smax: int) -> int:
         return max(self.block_s, next_pow2(cdiv(smax, self.n_splits)))
@@ -40,6 +48,10 @@ class AttentionConfig:
 # at both 512 and 4096 positions (8.0 and 28.6 us, split kernel and merge together); block_s and warps
 # changed little (28.6-29.9 us at 4096).
 CONFIGS: dict[tuple[int, int], AttentionConfig] = {(32, 1): AttentionConfig(n_splits=8, block_s=32, num_warps=2)}
+# An H200's own: 7B's splits cut from the current length (min_split).
+H200: dict[tuple[int, int], AttentionConfig] = {
+    (32, 1): AttentionConfig(n_splits=8, block_s=32, num_warps=2, min_split=32),
+}
 DEFAULT = AttentionConfig(n_splits=8, block_s=32, num_warps=2)
 
 def attention_config(kvh: int, group: int, configs: dict[tuple[int, int], AttentionConfig] | None = None) -> AttentionConfig:
@@ -63,12 +75,12 @@ def _decode_attention_split_kernel(
     counter_ptr, out_ptr,  # a ticket per KV head (int32, zero between calls); out (H, D)
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr,
-    BLOCK_SPLITS: tl.constexpr,
+    BLOCK_SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr,
 ):
     attention_split(
         tl.program_id(0), tl.program_id(1), q_ptr, k_ptr, v_ptr, pos_ptr, part_ptr, lse_ptr, stride_ch, stride_cs,
         n_splits, sm_scale, counter_ptr, out_ptr, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S, SPLIT_LEN, FP32,
-        BLOCK_SPLITS,
+        BLOCK_SPLITS, MIN_SPLIT,
     )
 
 
@@ -78,13 +90,17 @@ def attention_split(
     counter_ptr, out_ptr,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+    MIN_SPLIT: tl.constexpr = 0,  # AttentionConfig.min_split; 0: splits of SPLIT_LEN
 ):
     """One split of one KV head's sequence; the head's last split to finish merges the used ones."""
     length = tl.load(pos_ptr) + 1
-    used = tl.cdiv(length, SPLIT_LEN)  # splits holding positions; the rest have nothing to do
+    split_len = SPLIT_LEN
+    if MIN_SPLIT > 0:  # at most n_splits splits hold length positions
+        split_len = tl.maximum(tl.cdiv(tl.cdiv(length, n_splits), BLOCK_S) * BLOCK_S, MIN_SPLIT)
+    used = tl.cdiv(length, split_len)  # splits holding positions; the rest have nothing to do
     if split < used:
-        start = split * SPLIT_LEN
-        end = tl.minimum(start + SPLIT_LEN, length)
+        start = split * split_len
+        end = tl.minimum(start + split_len, length)
         g = tl.arange(0, BLOCK_G)
         d = tl.arange(0, BLOCK_D)
         heads = kvh * GROUP + g
@@ -163,7 +179,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         tickets(q.device, kvh), out,
         GROUP=h // kvh, HEAD_DIM=d, BLOCK_G=dot_dim(h // kvh), BLOCK_D=dot_dim(d),
         BLOCK_S=cfg.block_s, SPLIT_LEN=split_len, FP32=q.dtype == torch.float32,
-        BLOCK_SPLITS=next_pow2(n_splits), num_warps=cfg.num_warps,
+        BLOCK_SPLITS=next_pow2(n_splits), MIN_SPLIT=cfg.min_split, num_warps=cfg.num_warps,
     )
     return out
 

@@ -54,6 +54,7 @@ class BenchReport:
     params: int
     prompt_tokens: int
     new_tokens: int
+    context: int  # KV cache positions each run holds
     load_s: float
     copy_bw_gb_s: float  # device-to-device copy, bytes read + written, measured in this run
     environment: dict = field(default_factory=dict)
@@ -65,12 +66,14 @@ class BenchReport:
 
 
 def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_tokens: int, comm=None,
-                  sampling: SamplingConfig = GREEDY) -> BackendResult:
+                  sampling: SamplingConfig = GREEDY, context: int | None = None) -> BackendResult:
+    """One backend on lm's weights: a warm-up, then prompt and new_tokens timed, with a KV cache of context
+    positions (default: the prompt plus the new tokens)."""
     device = lm.model.tok_embeddings.weight.device
     model = with_backend(lm.model, backend)
     if comm is not None:
         model.comm = comm
-    engine = Engine(model, sampling, len(prompt) + new_tokens)
+    engine = Engine(model, sampling, context or len(prompt) + new_tokens)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t0 = now(device)
@@ -153,23 +156,25 @@ def sparse_pair(lm: LoadedModel, group_size: int) -> tuple[LoadedModel, LoadedMo
 
 def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: int, new_tokens: int,
               sparse_twins: list[LoadedModel] | None = None, runs: list[SparseRun] = (), comms=(None,),
-              sampling: SamplingConfig = GREEDY) -> BenchReport:
+              sampling: SamplingConfig = GREEDY, context: int | None = None) -> BenchReport:
     """Every backend on every model (the same weights in other formats), in this order, in this process; then
     each sparse run on models[i]'s sparse twin, beside models[i]'s dense triton run. Tensor parallel: each
     backend with each of comms (tp/comm.py), the others against the nccl run. Each run picks its tokens with
-    sampling."""
+    sampling, with a KV cache of context positions (default: prompt_len + new_tokens)."""
     lm = models[0]
     device = lm.model.tok_embeddings.weight.device
     params = _params(lm.model)
     prompt = _prompt(prompt_len, lm)
     report = BenchReport(
         lm.source, lm.format, str(lm.model.tok_embeddings.weight.dtype).removeprefix("torch."), params,
-        prompt_len, new_tokens, lm.load_s, copy_bandwidth(device), environment(device), sampling=sampling,
+        prompt_len, new_tokens, context or prompt_len + new_tokens, lm.load_s, copy_bandwidth(device),
+        environment(device), sampling=sampling,
     )
     for i, model in enumerate(models):
         dense = None
         for backend in backends:
-            results = [bench_backend(model, backend, prompt, new_tokens, comm, sampling) for comm in comms]
+            results = [bench_backend(model, backend, prompt, new_tokens, comm, sampling, report.context)
+                       for comm in comms]
             nccl = next((r for r in results if r.tp_comm == "nccl"), None)
             for result in results:
                 result.speedup = nccl and result.decode_tokens_per_s / nccl.decode_tokens_per_s
@@ -177,8 +182,8 @@ def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: in
                 dense = result if backend == Backend.triton else dense
         for run in runs if sparse_twins else ():
             sparse_twins[i].model.set_sparsity(run)
-            result = _against_copy(bench_backend(sparse_twins[i], Backend.triton, prompt, new_tokens, None, sampling),
-                                   report)
+            result = _against_copy(bench_backend(sparse_twins[i], Backend.triton, prompt, new_tokens, None, sampling,
+                                                 report.context), report)
             result.speedup = dense and result.decode_tokens_per_s / dense.decode_tokens_per_s
             report.results.append(result)
     return report
@@ -191,7 +196,7 @@ def add_tp1(report: BenchReport, models: list[LoadedModel], backends: list[Backe
     prompt = _prompt(report.prompt_tokens, models[0])
     for lm in models:
         for backend in backends:
-            r = bench_backend(lm, backend, prompt, report.new_tokens, None, report.sampling)
+            r = bench_backend(lm, backend, prompt, report.new_tokens, None, report.sampling, report.context)
             report.results.append(_against_copy(r, report))
     one = {(r.backend, r.weights): r for r in report.results if r.tp == 1}
     for r in report.results:

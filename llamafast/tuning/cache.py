@@ -143,12 +143,15 @@ def _check_step(key: tuple, launch: StepConfig) -> None:
 def _check(table: str, key: tuple, launch: Launch) -> None:
     """What a launch needs to compile: positive integers, blocks and warps powers of two; keys of the right
     length, a GEMV key's last a byte count or a block format's name; own_int8 a bool, true for block weights only;
-    pdl a bool."""
+    pdl a bool; attention's min_split a non-negative integer."""
     if table == "decode_step":
         return _check_step(key, launch)
     block = table != "decode_attention" and len(key) == 3 and key[2] in BLOCK_FORMATS
     fields = asdict(launch)
     own_int8, pdl = fields.pop("own_int8", False), fields.pop("pdl", False)
+    min_split = fields.pop("min_split", 0)
+    if type(min_split) is not int or min_split < 0:
+        raise ValueError(f"bad entry {table} {list(key)}: min_split {min_split!r}")
     values = (*(key[:2] if block else key), *fields.values())
     if len(key) != (2 if table == "decode_attention" else 3) or not all(type(v) is int and v > 0 for v in values):
         raise ValueError(f"bad entry {table} {list(key)}: {asdict(launch)}")

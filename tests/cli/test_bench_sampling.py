@@ -29,7 +29,7 @@ def test_bench_times_sampled_decoding(backend):
 def test_bench_is_greedy_by_default_and_says_how_it_sampled():
     r = runner.invoke(app, TINY)
     assert r.exit_code == 0, r.stderr
-    assert "new 8; greedy" in " ".join(r.stdout.split())  # the header wraps at the terminal's width
+    assert "new 8, KV cache 12; greedy" in " ".join(r.stdout.split())  # the header wraps at the terminal's width
     r = runner.invoke(app, [*TINY, "--temperature", "0.6", "--repetition-penalty", "1.1"])
     assert r.exit_code == 0, r.stderr
     assert "sampling at temperature 0.6, top-p 0.9, repetition penalty 1.1" in " ".join(r.stdout.split())

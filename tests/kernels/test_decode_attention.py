@@ -3,6 +3,8 @@ and block sizes, with GQA groups of 1, 2 and 8."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -55,3 +57,27 @@ def test_merge_by_the_last_split_matches_reference(config, where):
         torch.testing.assert_close(SPEC.kernel(q, k_cache, v_cache, pos), want,
                                    **tolerance(torch.float32))
         assert not tickets(q.device, config.n_kv_heads).any()
+
+
+@pytest.mark.parametrize("dtype", DOT_DTYPES, ids=str)
+@pytest.mark.parametrize("config", SHAPES)
+@pytest.mark.parametrize("where", ["first", "block+1", "min-split+1", "splits*min-split+5", "full"])
+def test_splits_cut_from_the_length_match_reference(config, dtype, where):
+    """A launch with min_split: the current length cut into the grid's splits of at least min_split positions,
+    at lengths that use one split, two, more than the grid has at min_split (so the splits grow), and all, twice
+    through the merge's tickets."""
+    from llamafast.kernels.decode_attention import tickets
+
+    kvh, group = config.n_kv_heads, config.n_heads // config.n_kv_heads
+    cfg = attention_config(kvh, group)
+    cut = dataclasses.replace(cfg, min_split=2 * cfg.block_s)
+    n_splits = -(-SMAX // cfg.split_len(SMAX))
+    length = {"first": 1, "block+1": cfg.block_s + 1, "min-split+1": cut.min_split + 1,
+              "splits*min-split+5": n_splits * cut.min_split + 5, "full": SMAX}[where]
+    (q, k_cache, v_cache, _), _ = SPEC.make_inputs(config, dtype, DEVICE, SMAX)
+    pos = torch.tensor(min(length, SMAX) - 1, device=DEVICE)
+    want = SPEC.reference(q, k_cache, v_cache, pos)
+    for _ in range(2):
+        got = SPEC.kernel(q, k_cache, v_cache, pos, configs={(kvh, group): cut})
+        torch.testing.assert_close(got, want, **tolerance(dtype))
+        assert not tickets(q.device, kvh).any()

@@ -16,7 +16,7 @@ from llamafast.cli.bench.shared import (
 )
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, PenaltyOpt, TokenizerOpt, TopKOpt, TopPOpt, clean_errors,
-    emit_json, parse_floats, note, require_routers, sampling_config, stdout_console,
+    context_size, emit_json, parse_floats, note, require_routers, sampling_config, stdout_console,
 )
 from llamafast.cli.presets import RunConfig
 from llamafast.cli.tp import TP_COMM_HELP, TPOpt, make_comms, on_every_rank, tensor_parallel
@@ -38,6 +38,7 @@ def decode(
     config: ConfigOpt = None,
     prompt_len: PromptLenOpt = None,
     new_tokens: NewTokensOpt = None,
+    context: Annotated[Optional[int], typer.Option(help="KV cache positions, as chat and serve hold the model's whole context [default: the prompt plus the new tokens].")] = None,
     backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: all the device runs, but persistent for a file whose layers mix block formats it cannot run together; triton and persistent with --fp8; triton alone with --weights or --tp].")] = None,
     fp8: FP8BesideOpt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
@@ -58,12 +59,12 @@ def decode(
 
     fmt = fp8_format if fp8 else None
     with clean_errors(), tensor_parallel(tp, device) as ranks:
-        t, n_prompt, n_new, backends, blocks = on_every_rank(ranks, lambda: _decode_options(
-            model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens, backend,
-            fmt, weights, tp_comm, ranks))
+        t, counts, backends, blocks = on_every_rank(ranks, lambda: _decode_options(
+            model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens, context,
+            backend, fmt, weights, tp_comm, ranks))
         sampling = _sampling(temperature, top_k, top_p, repetition_penalty)
         # comms live to the end: the other ranks mapped a symm comm's buffers; the shards are freed on return
-        report, startup, comms = _timed(t, backends, fmt, blocks, tp_comm, ranks, n_prompt, n_new, sampling)
+        report, startup, comms = _timed(t, backends, fmt, blocks, tp_comm, ranks, counts, sampling)
         beside_tp1(ranks, t, readied_as(backends), fmt, lambda models: add_tp1(report, models, backends))
         if ranks is None or ranks.leader:  # one report under torchrun, rank 0's (--out too)
             _emit(report, startup, json_out, out)
@@ -75,10 +76,10 @@ def _sampling(temperature, top_k, top_p, repetition_penalty) -> SamplingConfig:
     return sampling_config(greedy, temperature, top_k, top_p, repetition_penalty, None)
 
 
-def _timed(t, backends, fmt, blocks, tp_comm, ranks, n_prompt: int, n_new: int, sampling: SamplingConfig):
+def _timed(t, backends, fmt, blocks, tp_comm, ranks, counts: tuple[int, int, int], sampling: SamplingConfig):
     """t's weights (a rank's shard under tensor parallelism; with blocks, also their block-format copies) timed with
-    each backend and each --tp-comm; returns the report, the Startup and the comms. The models are freed on
-    return, before beside_tp1 needs the room."""
+    each backend and each --tp-comm, counts (prompt, new tokens, KV cache positions); returns the report, the
+    Startup and the comms. The models are freed on return, before beside_tp1 needs the room."""
     from llamafast.bench.decode import run_bench
 
     with readied(t, readied_as(backends), ranks, fmt, blocks) as (models, startup):
@@ -90,7 +91,9 @@ def _timed(t, backends, fmt, blocks, tp_comm, ranks, n_prompt: int, n_new: int, 
             comms = [c for c, _ in made]
             for _, text in made:
                 note(text)
-        return run_bench(models, backends, n_prompt, n_new, comms=comms, sampling=sampling), startup, comms
+        n_prompt, n_new, cache = counts
+        report = run_bench(models, backends, n_prompt, n_new, comms=comms, sampling=sampling, context=cache)
+        return report, startup, comms
 
 
 def sparse(
@@ -127,13 +130,17 @@ def sparse(
 
 
 def _decode_options(model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens,
-                    backend, fp8, weights, tp_comm, ranks):
-    """The weights, token counts, backends and block copies, checked (on every rank alike) before any weights
-    load."""
+                    context, backend, fp8, weights, tp_comm, ranks):
+    """The weights, token counts (prompt, new, KV cache positions), backends and block copies, checked (on every
+    rank alike) before any weights load."""
     if tp_comm and not ranks:
         raise LlamafastError("--tp-comm applies only to a tensor-parallel run (torchrun ... --tp N)")
     t = target(model, tokenizer, random_weights, shape, device, dtype, config, out, ranks)
     n_prompt, n_new = token_counts(t, prompt_len, new_tokens)
+    cache = n_prompt + n_new if context is None else context_size(context, t.config.max_seq_len)
+    if cache < n_prompt + n_new:
+        raise LlamafastError(f"--context {cache} holds fewer positions than the prompt ({n_prompt} tokens) plus "
+                             f"--new-tokens {n_new}")
     backends = backend or ([t.run.backend] if t.run.backend else None)
     blocks = block_copies(weights, t, fp8, ranks)
     mixed = mixed_blocks(t, fp8, ranks, backends or [])
@@ -143,7 +150,7 @@ def _decode_options(model, tokenizer, random_weights, shape, device, dtype, conf
         every = [b for b in Backend if b != Backend.persistent or not mixed]
         backends = fused if cuda and (fp8 or blocks or ranks) else every if cuda else [Backend.reference]
     check_backends(backends, t.device, ranks)
-    return t, n_prompt, n_new, backends, blocks
+    return t, (n_prompt, n_new, cache), backends, blocks
 
 
 def _sparse_runs(t, sparsity: str, modes, group_size: int) -> list[SparseRun]:
@@ -179,7 +186,8 @@ def _print_report(r: BenchReport, startup: Startup) -> None:
     out.print(
         f"{escape(r.model)} ({r.format}, {r.dtype}, {r.params / 1e9:.3f} B params) on {env['device']}; "
         f"torch {env['torch']}, triton {env['triton']}; load {r.load_s:.2f} s{preloaded(startup)}; "
-        f"copy bandwidth {r.copy_bw_gb_s:.0f} GB/s; prompt {r.prompt_tokens}, new {r.new_tokens}; {_way(r.sampling)}"
+        f"copy bandwidth {r.copy_bw_gb_s:.0f} GB/s; prompt {r.prompt_tokens}, new {r.new_tokens}, KV cache "
+        f"{r.context}; {_way(r.sampling)}"
     )
     sparse = any(x.sparsity is not None for x in r.results)
     tp = any(x.tp > 1 for x in r.results)

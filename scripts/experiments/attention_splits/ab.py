@@ -1,0 +1,95 @@
+"""Decode attention's splits cut from the current length against from the cache's size, timed in one process.
+decode_attention cut the cache into splits of a fixed length (AttentionConfig.split_len of the cache's size),
+so with a 4,096-position cache (chat's and serve's default for Llama 2) every context up to 512 positions at 7B
+was walked by one program per KV head. With min_split m > 0 the kernel cuts the current length into its grid's
+splits, each at least m positions (the model's attention launch with min_split m, in a copy of its tables; run
+1 set it through a module global, before AttentionConfig had the field). Random weights of SHAPE (bf16 and FP8 E5M2, or the FP8 copy alone),
+greedy decode steps after a PROMPT-token prompt, each way in turn, twice:
+
+    cache CACHE, MIN_SPLIT m   for CACHE in (prompt + 264, --cache) and m in (0, --min-splits...)
+(m 0: the launch's min_split set to 0, the kernel as it was).
+
+    PYTHONPATH=. python scripts/experiments/attention_splits/ab.py llama-2-7b [--fp8|--fp8-only] [--prompt 16] [--min-splits 32,64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import pathlib
+
+import torch
+
+from llamafast.backends import backend_ops, with_backend
+from llamafast.config import Backend
+from llamafast.generate import Engine
+from llamafast.load import quantized, random_model
+from llamafast.measure.common import copy_bandwidth, random_prompt
+from llamafast.quant import FP8Format
+from llamafast.runtime import ready_built
+
+_spec = importlib.util.spec_from_file_location("op_cost", pathlib.Path(__file__).parents[1] / "op_cost/op_cost.py")
+op_cost = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(op_cost)
+from llamafast.kernels.decode_attention import attention_config  # noqa: E402
+
+
+
+def with_min_split(model, m: int):
+    """The model on the triton backend with its attention launch's min_split m, in its own copy of the tables."""
+    c = model.config
+    key = (c.n_kv_heads, c.n_heads // c.n_kv_heads)
+    launches = {name: dict(table) for name, table in model.backend.launches.items()}
+    launches["decode_attention"][key] = dataclasses.replace(attention_config(*key, launches["decode_attention"]),
+                                                            min_split=m)
+    out = with_backend(model, Backend.triton)
+    out.backend = backend_ops(Backend.triton, launches)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("shape")
+    p.add_argument("--fp8", action="store_true")
+    p.add_argument("--fp8-only", action="store_true")
+    p.add_argument("--prompt", type=int, default=16)
+    p.add_argument("--cache", type=int, default=4096)
+    p.add_argument("--min-splits", default="32,64,128,256")
+    a = p.parse_args()
+    device = torch.device("cuda")
+    if a.fp8_only:
+        models = [random_model(a.shape, device, fp8=FP8Format.e5m2)]
+    else:
+        base = random_model(a.shape, device)
+        models = [base, quantized(base, FP8Format.e5m2)] if a.fp8 else [base]
+    for lm in models:
+        ready_built(lm)
+    config = models[0].model.config
+    prompt = random_prompt(a.prompt, config.vocab_size, torch.Generator().manual_seed(0))
+    bw = copy_bandwidth(device)
+    small = a.prompt + op_cost.STEPS + 8
+    print(f"{a.shape} on {torch.cuda.get_device_name(device)}; {a.prompt} + {op_cost.STEPS} tokens, greedy; "
+          f"copy bandwidth {bw:.0f} GB/s", flush=True)
+    ways = [(small, 0), (a.cache, 0), *[(a.cache, int(m)) for m in a.min_splits.split(",")]]
+    for lm in models:
+        engines = {w: Engine(with_min_split(lm.model, w[1]), op_cost.GREEDY, w[0]) for w in ways}
+        tokens = {}
+        for rep in (1, 2):
+            for (cache, m), engine in engines.items():
+                us = op_cost.step_us(engine, prompt, device)
+                print(f"{lm.weights:9} run {rep}: cache {cache:5} MIN_SPLIT {m:3}: {us:8.1f} µs a step, "
+                      f"{1e6 / us:6.1f} tok/s", flush=True)
+                if rep == 1:
+                    engine.prefill(prompt)
+                    tokens[cache, m] = []
+                    for _ in range(32):
+                        engine.decode()
+                        tokens[cache, m].append(int(engine.token))
+        first = next(iter(tokens.values()))
+        print(f"{lm.weights:9}: greedy tokens equal over 32 steps: "
+              f"{[w for w, t in tokens.items() if t == first]} of {list(tokens)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
