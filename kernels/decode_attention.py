@@ -37,7 +37,8 @@ class AttentionConfig:
     # into the grid's splits of at least n positions, the length read on the device. On an H200
     # (scripts/experiments/attention_splits/), 7B FP8 with a 4,096-position cache: 2,502.1-2,503.8 -> 2,281.3-2,284.1
     # us a step after a 1,000-token prompt, 2,172.6-2,177.0 -> 2,139.3-2,142.8 after 16 tokens, with n = 32; at 70B
-    # (8 KV heads of 8) it lost (18,610-18,859 -> 18,947-18,980 us, n = 32), so 70B keeps 0.
+    # (8 KV heads of 8) it lost (18,610-18,859 -> 18,947-18,980 us, n = 32), so 70B keeps 0. The persistent step's
+    # attention tasks keep splits of the cache's size.
     min_split: int = 0
 
     def split_len(self, smax: int) -> int:

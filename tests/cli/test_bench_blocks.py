@@ -157,8 +157,8 @@ def test_bench_leaves_persistent_out_of_its_default_for_a_file_whose_layers_mix_
     mixed = other in ("Q8_0", "F32")
     real = decode.target
     monkeypatch.setattr(decode, "target", lambda *a: dataclasses.replace(real(*a), device=torch.device("cuda")))
-    options = [str(path), None, False, None, "cpu", None, None, None, 4, 8]  # ..., out, prompt_len, new_tokens
-    backends = decode._decode_options(*options, None, None, None, None, None)[3]
+    options = [str(path), None, False, None, "cpu", None, None, None, 4, 8, None]  # ..., prompt_len, new_tokens, context
+    backends = decode._decode_options(*options, None, None, None, None, None)[2]
     assert backends == [b for b in Backend if not mixed or b != Backend.persistent]
     if mixed:
         mix = "layers mix float and q4_0" if other == "F32" else "layers' w2 mix q4_0 and q8_0, which are stored differently"

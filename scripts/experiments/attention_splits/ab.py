@@ -19,15 +19,10 @@ import dataclasses
 import importlib.util
 import pathlib
 
-import torch
 
 from llamafast.backends import backend_ops, with_backend
 from llamafast.config import Backend
 from llamafast.generate import Engine
-from llamafast.load import quantized, random_model
-from llamafast.measure.common import copy_bandwidth, random_prompt
-from llamafast.quant import FP8Format
-from llamafast.runtime import ready_built
 
 _spec = importlib.util.spec_from_file_location("op_cost", pathlib.Path(__file__).parents[1] / "op_cost/op_cost.py")
 op_cost = importlib.util.module_from_spec(_spec)
@@ -50,27 +45,13 @@ def with_min_split(model, m: int):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("shape")
-    p.add_argument("--fp8", action="store_true")
-    p.add_argument("--fp8-only", action="store_true")
+    op_cost.shape_args(p)
     p.add_argument("--prompt", type=int, default=16)
     p.add_argument("--cache", type=int, default=4096)
     p.add_argument("--min-splits", default="32,64,128,256")
     a = p.parse_args()
-    device = torch.device("cuda")
-    if a.fp8_only:
-        models = [random_model(a.shape, device, fp8=FP8Format.e5m2)]
-    else:
-        base = random_model(a.shape, device)
-        models = [base, quantized(base, FP8Format.e5m2)] if a.fp8 else [base]
-    for lm in models:
-        ready_built(lm)
-    config = models[0].model.config
-    prompt = random_prompt(a.prompt, config.vocab_size, torch.Generator().manual_seed(0))
-    bw = copy_bandwidth(device)
+    device, models, prompt = op_cost.started(a)
     small = a.prompt + op_cost.STEPS + 8
-    print(f"{a.shape} on {torch.cuda.get_device_name(device)}; {a.prompt} + {op_cost.STEPS} tokens, greedy; "
-          f"copy bandwidth {bw:.0f} GB/s", flush=True)
     ways = [(small, 0), (a.cache, 0), *[(a.cache, int(m)) for m in a.min_splits.split(",")]]
     for lm in models:
         engines = {w: Engine(with_min_split(lm.model, w[1]), op_cost.GREEDY, w[0]) for w in ways}

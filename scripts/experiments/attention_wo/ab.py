@@ -14,15 +14,10 @@ import functools
 import importlib.util
 import pathlib
 
-import torch
 
 from llamafast.backends import with_backend
 from llamafast.config import Backend
 from llamafast.generate import Engine
-from llamafast.load import quantized, random_model
-from llamafast.measure.common import copy_bandwidth, random_prompt
-from llamafast.quant import FP8Format
-from llamafast.runtime import ready_built
 
 _spec = importlib.util.spec_from_file_location("op_cost", pathlib.Path(__file__).parents[1] / "op_cost/op_cost.py")
 op_cost = importlib.util.module_from_spec(_spec)
@@ -60,25 +55,11 @@ def engines(lm, prompt_len: int, variants: bool) -> dict[str, Engine]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("shape")
-    p.add_argument("--fp8", action="store_true")
-    p.add_argument("--fp8-only", action="store_true")
+    op_cost.shape_args(p)
     p.add_argument("--prompt", type=int, default=16)
     p.add_argument("--variants", action="store_true")
     a = p.parse_args()
-    device = torch.device("cuda")
-    if a.fp8_only:
-        models = [random_model(a.shape, device, fp8=FP8Format.e5m2)]
-    else:
-        base = random_model(a.shape, device)
-        models = [base, quantized(base, FP8Format.e5m2)] if a.fp8 else [base]
-    for lm in models:
-        ready_built(lm)
-    config = models[0].model.config
-    prompt = random_prompt(a.prompt, config.vocab_size, torch.Generator().manual_seed(0))
-    bw = copy_bandwidth(device)
-    print(f"{a.shape} on {torch.cuda.get_device_name(device)}; {a.prompt} + {op_cost.STEPS} tokens, greedy; "
-          f"copy bandwidth {bw:.0f} GB/s", flush=True)
+    device, models, prompt = op_cost.started(a)
     for lm in models:
         ways = engines(lm, a.prompt, a.variants)
         tokens = {}

@@ -84,6 +84,37 @@ def without(ops, op: str, dim: int, static: Static):
 OPS = ("qkv", "attention", "wo", "swiglu", "w2")
 
 
+def shape_args(p: argparse.ArgumentParser) -> None:
+    """SHAPE, --fp8 and --fp8-only, as ready_models reads them (the A/B scripts beside this one take them too)."""
+    p.add_argument("shape")
+    p.add_argument("--fp8", action="store_true")
+    p.add_argument("--fp8-only", action="store_true", help="the FP8 copy alone, drawn tensor by tensor (70B)")
+
+
+def ready_models(a: argparse.Namespace, device) -> list:
+    """Random weights of a.shape in bf16 (with a.fp8 their FP8 E5M2 copy beside them), or the FP8 copy alone,
+    each with its launches tuned."""
+    if a.fp8_only:
+        models = [random_model(a.shape, device, fp8=FP8Format.e5m2)]
+    else:
+        base = random_model(a.shape, device)
+        models = [base, quantized(base, FP8Format.e5m2)] if a.fp8 else [base]
+    for lm in models:
+        ready_built(lm)
+    return models
+
+
+def started(a: argparse.Namespace) -> tuple:
+    """ready_models on the GPU and a random prompt of a.prompt tokens, the run's header printed: (device, models,
+    prompt)."""
+    device = torch.device("cuda")
+    models = ready_models(a, device)
+    prompt = random_prompt(a.prompt, models[0].model.config.vocab_size, torch.Generator().manual_seed(0))
+    print(f"{a.shape} on {torch.cuda.get_device_name(device)}; {a.prompt} + {STEPS} tokens, greedy; "
+          f"copy bandwidth {copy_bandwidth(device):.0f} GB/s", flush=True)
+    return device, models, prompt
+
+
 def layer_bytes(model) -> dict[str, int]:
     """Each op's weight bytes in one layer."""
     b = model.layers[0]
@@ -95,18 +126,10 @@ def layer_bytes(model) -> dict[str, int]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("shape")
-    p.add_argument("--fp8", action="store_true")
-    p.add_argument("--fp8-only", action="store_true", help="the FP8 copy alone, drawn tensor by tensor (70B)")
+    shape_args(p)
     a = p.parse_args()
     device = torch.device("cuda")
-    if a.fp8_only:
-        models = [random_model(a.shape, device, fp8=FP8Format.e5m2)]
-    else:
-        base = random_model(a.shape, device)
-        models = [base, quantized(base, FP8Format.e5m2)] if a.fp8 else [base]
-    for lm in models:
-        ready_built(lm)
+    models = ready_models(a, device)
     config = models[0].model.config
     prompt = random_prompt(16, config.vocab_size, torch.Generator().manual_seed(0))
     bw = copy_bandwidth(device)

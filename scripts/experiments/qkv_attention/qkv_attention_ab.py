@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.util
+import pathlib
 import time
 
 import torch
@@ -19,10 +21,11 @@ import torch
 from llamafast.backends import with_backend
 from llamafast.config import Backend, SamplingConfig
 from llamafast.generate import Engine
-from llamafast.load import quantized, random_model
 from llamafast.measure.common import copy_bandwidth, random_prompt
-from llamafast.quant import FP8Format
-from llamafast.runtime import ready_built
+
+_spec = importlib.util.spec_from_file_location("op_cost", pathlib.Path(__file__).parents[1] / "op_cost/op_cost.py")
+op_cost = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(op_cost)
 
 STEPS = 64
 CONTEXTS = (24, 128, 272, 512, 1024)
@@ -67,18 +70,10 @@ def step_us(engine: Engine, prompt: list[int], device) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("shape")
-    p.add_argument("--fp8", action="store_true")
-    p.add_argument("--fp8-only", action="store_true", help="build the FP8 copy alone (70B)")
+    op_cost.shape_args(p)
     a = p.parse_args()
     device = torch.device("cuda")
-    if a.fp8_only:
-        models = [random_model(a.shape, device, fp8=FP8Format.e5m2)]
-    else:
-        base = random_model(a.shape, device)
-        models = [base, quantized(base, FP8Format.e5m2)] if a.fp8 else [base]
-    for lm in models:
-        ready_built(lm)
+    models = op_cost.ready_models(a, device)
     vocab = models[0].model.config.vocab_size
     prompt = random_prompt(max(CONTEXTS), vocab, torch.Generator().manual_seed(0))
     print(f"{a.shape} on {torch.cuda.get_device_name(device)}; copy bandwidth {copy_bandwidth(device):.0f} GB/s;"
