@@ -2,14 +2,14 @@
 decode_attention cut the cache into splits of a fixed length (AttentionConfig.split_len of the cache's size),
 so with a 4,096-position cache (chat's and serve's default for Llama 2) every context up to 512 positions at 7B
 was walked by one program per KV head. With min_split m > 0 the kernel cuts the current length into its grid's
-splits, each at least m positions (the model's attention launch with min_split m, in a copy of its tables; run
-1 set it through a module global, before AttentionConfig had the field). Random weights of SHAPE (bf16 and FP8 E5M2, or the FP8 copy alone),
-greedy decode steps after a PROMPT-token prompt, each way in turn, twice:
+splits, each at least m positions. Random weights of SHAPE (bf16 and FP8 E5M2, or the FP8 copy alone), greedy
+decode steps after a PROMPT-token prompt, each way in turn, twice. The ways: the model's attention launch with
+min_split 0 in a cache of prompt + 264 positions, then in one of --cache positions with min_split 0 and each of
+--min-splits, and each of --launches (n_splits,block_s,warps,min_split;...) there, each in a copy of its tables.
+(Run 1 set min_split through a module global, before AttentionConfig had the field.)
 
-    cache CACHE, MIN_SPLIT m   for CACHE in (prompt + 264, --cache) and m in (0, --min-splits...)
-(m 0: the launch's min_split set to 0, the kernel as it was).
-
-    PYTHONPATH=. python scripts/experiments/attention_splits/ab.py llama-2-7b [--fp8|--fp8-only] [--prompt 16] [--min-splits 32,64]
+    PYTHONPATH=. python scripts/experiments/attention_splits/ab.py llama-2-7b [--fp8|--fp8-only] [--prompt 16]
+        [--min-splits 32,64] [--launches "16,32,2,32;8,64,4,64"]
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import dataclasses
 import importlib.util
 import pathlib
 
-
 from llamafast.backends import backend_ops, with_backend
 from llamafast.config import Backend
 from llamafast.generate import Engine
@@ -27,17 +26,23 @@ from llamafast.generate import Engine
 _spec = importlib.util.spec_from_file_location("op_cost", pathlib.Path(__file__).parents[1] / "op_cost/op_cost.py")
 op_cost = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(op_cost)
-from llamafast.kernels.decode_attention import attention_config  # noqa: E402
+from llamafast.kernels.decode_attention import AttentionConfig, attention_config  # noqa: E402
 
 
-
-def with_min_split(model, m: int):
-    """The model on the triton backend with its attention launch's min_split m, in its own copy of the tables."""
+def key(model) -> tuple[int, int]:
     c = model.config
-    key = (c.n_kv_heads, c.n_heads // c.n_kv_heads)
+    return c.n_kv_heads, c.n_heads // c.n_kv_heads
+
+
+def label(launch: AttentionConfig) -> str:
+    return (f"{launch.n_splits:2} splits, block {launch.block_s:3}, {launch.num_warps} warps, "
+            f"MIN_SPLIT {launch.min_split:3}")
+
+
+def with_launch(model, launch: AttentionConfig):
+    """The model on the triton backend with this attention launch, in its own copy of the tables."""
     launches = {name: dict(table) for name, table in model.backend.launches.items()}
-    launches["decode_attention"][key] = dataclasses.replace(attention_config(*key, launches["decode_attention"]),
-                                                            min_split=m)
+    launches["decode_attention"][key(model)] = launch
     out = with_backend(model, Backend.triton)
     out.backend = backend_ops(Backend.triton, launches)
     return out
@@ -49,27 +54,32 @@ def main() -> None:
     p.add_argument("--prompt", type=int, default=16)
     p.add_argument("--cache", type=int, default=4096)
     p.add_argument("--min-splits", default="32,64,128,256")
+    p.add_argument("--launches", default="")
     a = p.parse_args()
     device, models, prompt = op_cost.started(a)
     small = a.prompt + op_cost.STEPS + 8
-    ways = [(small, 0), (a.cache, 0), *[(a.cache, int(m)) for m in a.min_splits.split(",")]]
+    base = dataclasses.replace(attention_config(*key(models[0].model), models[0].model.backend.launches[
+        "decode_attention"]), min_split=0)
+    ways = [(small, base), (a.cache, base), *[(a.cache, dataclasses.replace(base, min_split=int(m)))
+                                              for m in a.min_splits.split(",") if m]]
+    ways += [(a.cache, AttentionConfig(*map(int, launch.split(",")))) for launch in a.launches.split(";") if launch]
     for lm in models:
-        engines = {w: Engine(with_min_split(lm.model, w[1]), op_cost.GREEDY, w[0]) for w in ways}
+        engines = {w: Engine(with_launch(lm.model, w[1]), op_cost.GREEDY, w[0]) for w in ways}
         tokens = {}
         for rep in (1, 2):
-            for (cache, m), engine in engines.items():
+            for (cache, launch), engine in engines.items():
                 us = op_cost.step_us(engine, prompt, device)
-                print(f"{lm.weights:9} run {rep}: cache {cache:5} MIN_SPLIT {m:3}: {us:8.1f} µs a step, "
+                print(f"{lm.weights:9} run {rep}: cache {cache:5} {label(launch)}: {us:8.1f} µs a step, "
                       f"{1e6 / us:6.1f} tok/s", flush=True)
                 if rep == 1:
                     engine.prefill(prompt)
-                    tokens[cache, m] = []
+                    tokens[cache, launch] = []
                     for _ in range(32):
                         engine.decode()
-                        tokens[cache, m].append(int(engine.token))
+                        tokens[cache, launch].append(int(engine.token))
         first = next(iter(tokens.values()))
         print(f"{lm.weights:9}: greedy tokens equal over 32 steps: "
-              f"{[w for w, t in tokens.items() if t == first]} of {list(tokens)}", flush=True)
+              f"{sum(t == first for t in tokens.values())} of {len(tokens)} ways", flush=True)
 
 
 if __name__ == "__main__":
