@@ -20,6 +20,7 @@ from llamafast.config import Weight, WeightFormat
 
 from ._common import INTERPRET, next_pow2, pdl_capable, w_fp8
 from .counters import wait_arrivals, wait_count
+from .gemv_floats import dot_floats
 from .gemv_int8 import dot_int8
 from .gemv_tiles import activation, load_tile, pair_tiles, row_scaled
 
@@ -38,6 +39,7 @@ def dot_rows(
     wait_ptr=None, wait_target=0, watchdog_ptr=None,  # WAIT, PARTS: x is ready once *wait_ptr >= wait_target
     WAIT: tl.constexpr = False,  # with PREFETCH only: the persistent kernel's path
     PREFETCH: tl.constexpr = 0,  # 1: each weight tile loaded one step ahead (_prefetched); n > 1: _staged
+    FLOAT_BLOCKS: tl.constexpr = False,  # Q8_0, Q4_0, Q4_1 against float x (gemv_floats.py: GemvConfig.float_blocks)
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0. With PARTS, x is
     complete once the flag at wait_ptr counts wait_target arrivals: under PDL the first weight tile is read
@@ -47,10 +49,17 @@ def dot_rows(
     if PARTS > 0:
         if not PDL:
             wait_arrivals(wait_ptr, wait_target)
-    if W_FP8 >= 3:  # the block formats: their own loop, so the float and FP8 loops below compile without it
+    if W_FP8 >= 3:  # the block formats: their own loops, so the float and FP8 loops below compile without them
         tl.static_assert(PARTS == 0, "block-format weights run on one GPU")
-        return dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, rows, row_mask, K, stride_wn, BLOCK_N, BLOCK_K,
-                        NORM, PAIR, EVEN_K, W_FP8, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT, PREFETCH)
+        if FLOAT_BLOCKS and W_FP8 <= 5:
+            tl.static_assert(PREFETCH == 0, "the persistent kernel's tasks take int8 activations")
+            out, out2, ss = dot_floats(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, rows, row_mask, K, stride_wn,
+                                       BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PDL)
+        else:  # the K-quants of a float_blocks launch (a wqkv's tail) round x to int8 themselves
+            out, out2, ss = dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, rows, row_mask, K, stride_wn,
+                                     BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PDL, wait_ptr, wait_target,
+                                     watchdog_ptr, WAIT, PREFETCH)
+        return out, out2, ss
     offs = rows[:, None].to(tl.int64) * stride_wn
     if PREFETCH > 1:
         return _staged(w_ptr + offs, w2_ptr + offs, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
@@ -171,6 +180,10 @@ class GemvConfig:
     # Launched under programmatic dependent launch even where use_pdl leaves the weights without it (FP8): set
     # where the whole step chose it with this launch (kernels.ON_GPU).
     pdl: bool = False
+    # Q8_0, Q4_0 and Q4_1 weights only: float activations times the weights dequantized in registers, the
+    # reference's arithmetic (gemv_floats.py), instead of int8 ones; K-quant rows of the launch (a wqkv's tail)
+    # round x themselves. Tuning offers it where K is small (tuning.sweep.FLOAT_BLOCKS_MAX_K).
+    float_blocks: bool = False
 
 
 def gemv_config(table: dict[tuple, GemvConfig], w: torch.Tensor | Weight, summed: bool = False) -> GemvConfig:
@@ -211,6 +224,8 @@ def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: boo
     if pdl:
         on = use_pdl(w) or (cfg.pdl and pdl_capable(w.data.device))
         args.update(PDL=on, launch_pdl=on)
+    if w.fmt.is_block:  # the dense decode kernels, the only ones block weights reach
+        args["FLOAT_BLOCKS"] = cfg.float_blocks
     return args
 
 

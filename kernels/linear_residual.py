@@ -48,9 +48,10 @@ def _linear_residual_kernel(
     N, K, stride_wn,  # sizes; W's row stride
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
+    FLOAT_BLOCKS: tl.constexpr = False,  # gemv.GemvConfig.float_blocks
 ):
     linear_residual_tile(tl.program_id(0), x_ptr, w_ptr, s_ptr, res_ptr, out_ptr, N, K, stride_wn, BLOCK_N, BLOCK_K,
-                         EVEN_K, W_FP8, PDL)
+                         EVEN_K, W_FP8, PDL, FLOAT_BLOCKS=FLOAT_BLOCKS)
 
 
 @triton.jit
@@ -58,7 +59,7 @@ def linear_residual_tile(
     tile, x_ptr, w_ptr, s_ptr, res_ptr, out_ptr, N, K, stride_wn,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, PDL: tl.constexpr = False,
     wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
-    PREFETCH: tl.constexpr = 0,
+    PREFETCH: tl.constexpr = 0, FLOAT_BLOCKS: tl.constexpr = False,
 ):
     """Output rows tile * BLOCK_N ... ."""
     rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -66,7 +67,7 @@ def linear_residual_tile(
     acc, _, _ = dot_rows(
         w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, x_ptr, rows, mask, K, stride_wn, BLOCK_N, BLOCK_K, False, False, EVEN_K, W_FP8,
         PDL=PDL, wait_ptr=wait_ptr, wait_target=wait_target, watchdog_ptr=watchdog_ptr, WAIT=WAIT,
-        PREFETCH=PREFETCH,
+        PREFETCH=PREFETCH, FLOAT_BLOCKS=FLOAT_BLOCKS,
     )
     res = tl.load(res_ptr + rows, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + rows, (res + acc).to(out_ptr.dtype.element_ty), mask=mask)

@@ -102,6 +102,7 @@ def int8_activation(x: torch.Tensor, norm_w: torch.Tensor | None = None) -> torc
 
 def gemv_input(x: torch.Tensor, w: Weight, cfg: GemvConfig, norm_w: torch.Tensor | None = None) -> torch.Tensor:
     """What a decode GEMV of w launched with cfg reads as its input: int8 blocks of x (times norm_w) where w takes
-    them (Weight.int8_activations) from a pass before it, else x itself (float weights, or cfg.own_int8: the GEMV
-    rounds x itself). gemv.dot_rows tells the two apart by the pointer's dtype."""
-    return int8_activation(x, norm_w) if w.int8_activations and not cfg.own_int8 else x
+    them (Weight.int8_activations) from a pass before it, else x itself (float weights; cfg.own_int8: the GEMV
+    rounds x itself; cfg.float_blocks: it multiplies float x). gemv.dot_rows tells them apart by the pointer's
+    dtype and FLOAT_BLOCKS."""
+    return int8_activation(x, norm_w) if w.int8_activations and not (cfg.own_int8 or cfg.float_blocks) else x

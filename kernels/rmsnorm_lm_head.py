@@ -48,12 +48,13 @@ def _rmsnorm_lm_head_kernel(
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     table_ptr=None, flags_table=None, counter_ptr=None, offset=0, flag_offset=0, WORLD: tl.constexpr = 0,  # push
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
+    FLOAT_BLOCKS: tl.constexpr = False,  # gemv.GemvConfig.float_blocks
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < V
     acc, _, ss = dot_rows(
         w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS,
+        p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS, FLOAT_BLOCKS=FLOAT_BLOCKS,
     )
     logits = acc * tl.rsqrt(ss / C + eps)
     if WORLD > 0:  # a vocabulary shard: into every rank's logits row

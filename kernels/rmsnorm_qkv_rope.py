@@ -56,12 +56,13 @@ def _rmsnorm_qkv_rope_kernel(
     p_ptr=None, xo_ptr=None, f_ptr=None, PARTS: tl.constexpr = 0,  # tensor parallel: x + partials (tp_sync.py)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
     t_ptr=None, ts_ptr=None, split=0, stride_tn=0, T_FMT: tl.constexpr = -1,  # rows from split on: tail weight
+    FLOAT_BLOCKS: tl.constexpr = False,  # gemv.GemvConfig.float_blocks
 ):
     qkv_rope_tile(
         tl.program_id(0), x_ptr, g_ptr, w_ptr, s_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
         N, C, QD, KVD, stride_wn, stride_ch, stride_cs, eps, HEAD_DIM, BLOCK_N, BLOCK_K, EVEN_K, W_FP8,
         p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS, t_ptr=t_ptr, ts_ptr=ts_ptr, split=split, stride_tn=stride_tn,
-        T_FMT=T_FMT,
+        T_FMT=T_FMT, FLOAT_BLOCKS=FLOAT_BLOCKS,
     )
     if PARTS > 0:
         release_slot(f_ptr)
@@ -76,6 +77,7 @@ def qkv_rope_tile(
     wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
     PREFETCH: tl.constexpr = 0,
     t_ptr=None, ts_ptr=None, split=0, stride_tn=0, T_FMT: tl.constexpr = -1,  # the tail's rows
+    FLOAT_BLOCKS: tl.constexpr = False,
 ):
     """Rows tile * BLOCK_N ... of the kernel's output: q rows, or k and v rows stored into the caches. With T_FMT
     >= 0, rows from split on (a multiple of BLOCK_N) are the tail weight's, in block format T_FMT: each program
@@ -86,15 +88,16 @@ def qkv_rope_tile(
         if tile * BLOCK_N >= split:
             acc, _, ss = dot_rows(t_ptr, t_ptr, ts_ptr, ts_ptr, x_ptr, g_ptr, rows - split, mask, C, stride_tn,
                                   BLOCK_N, BLOCK_K, True, False, EVEN_K, T_FMT, wait_ptr=wait_ptr,
-                                  wait_target=wait_target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=PREFETCH)
+                                  wait_target=wait_target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=PREFETCH,
+                                  FLOAT_BLOCKS=FLOAT_BLOCKS)
         else:
             acc, _, ss = dot_rows(w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N,
                                   BLOCK_K, True, False, EVEN_K, W_FP8, wait_ptr=wait_ptr, wait_target=wait_target,
-                                  watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=PREFETCH)
+                                  watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=PREFETCH, FLOAT_BLOCKS=FLOAT_BLOCKS)
     else:
         acc, _, ss = dot_rows(
             w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K,
-            W_FP8, p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT, PREFETCH,
+            W_FP8, p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT, PREFETCH, FLOAT_BLOCKS,
         )
     acc = acc * tl.rsqrt(ss / C + eps)
     # RoPE on (even, odd) row pairs of q and k; v rows pass through.

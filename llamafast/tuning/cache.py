@@ -142,13 +142,14 @@ def _check_step(key: tuple, launch: StepConfig) -> None:
 
 def _check(table: str, key: tuple, launch: Launch) -> None:
     """What a launch needs to compile: positive integers, blocks and warps powers of two; keys of the right
-    length, a GEMV key's last a byte count or a block format's name; own_int8 a bool, true for block weights only;
-    pdl a bool; attention's min_split a non-negative integer."""
+    length, a GEMV key's last a byte count or a block format's name; own_int8 and float_blocks bools, true for block
+    weights only and never both; pdl a bool; attention's min_split a non-negative integer."""
     if table == "decode_step":
         return _check_step(key, launch)
     block = table != "decode_attention" and len(key) == 3 and key[2] in BLOCK_FORMATS
     fields = asdict(launch)
     own_int8, pdl = fields.pop("own_int8", False), fields.pop("pdl", False)
+    float_blocks = fields.pop("float_blocks", False)
     min_split = fields.pop("min_split", 0)
     if type(min_split) is not int or min_split < 0:
         raise ValueError(f"bad entry {table} {list(key)}: min_split {min_split!r}")
@@ -157,6 +158,8 @@ def _check(table: str, key: tuple, launch: Launch) -> None:
         raise ValueError(f"bad entry {table} {list(key)}: {asdict(launch)}")
     if type(own_int8) is not bool or (own_int8 and not block):
         raise ValueError(f"bad entry {table} {list(key)}: own_int8 {own_int8!r}")
+    if type(float_blocks) is not bool or (float_blocks and (not block or own_int8)):
+        raise ValueError(f"bad entry {table} {list(key)}: float_blocks {float_blocks!r}")
     if type(pdl) is not bool:
         raise ValueError(f"bad entry {table} {list(key)}: pdl {pdl!r}")
     for name, v in fields.items():

@@ -43,6 +43,15 @@ Timer = Callable[[Callable, list[Inputs]], float]
 graph_timer: Timer = functools.partial(time_in_graph, replays=10)  # median of 10 replays of one CUDA graph
 
 
+# The block formats whose decode GEMVs may multiply float activations (GemvConfig.float_blocks), and the largest
+# K at which tuning times them so: there a row is a tile or two, and a call's latency, which the int8 rounding
+# lengthens, bounds it. At Llama-2-7B's K of 4,096 and 11,008 float products were bound by their ALU: Q4_0 385.3
+# tok/s against 471.4 on int8 activations, Q8_0 312.4 against 322.2, neither under PDL (one H100,
+# scripts/results/quant/bench_7b_blocks.txt, bench_7b_int8.txt).
+FLOAT_BLOCKS = (WeightFormat.q8_0, WeightFormat.q4_0, WeightFormat.q4_1)
+FLOAT_BLOCKS_MAX_K = 2048
+
+
 def table_name(kernel: str) -> str:
     """The table a registry kernel reads its launch from: linear_residual[wo] -> linear_residual."""
     return kernel.partition("[")[0]
@@ -89,8 +98,9 @@ def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.de
           timer: Timer = graph_timer, most_sets: int | None = None) -> Sweep:
     """Times REGISTRY[kernel] at config's shape (context: attention's positions) with each candidate launch and
     the default for the shape; fp8: FP8 or block weights (their candidates are the 1-byte ones, each also with
-    GemvConfig.own_int8). On a GPU the calls cycle through enough input sets to flush L2 between them (at
-    most most_sets); elsewhere (Triton's interpreter) there is one set."""
+    GemvConfig.own_int8, and with float_blocks where FLOAT_BLOCKS_MAX_K allows). On a GPU the calls cycle through
+    enough input sets to flush L2 between them (at most most_sets); elsewhere (Triton's interpreter) there is one
+    set."""
     spec = REGISTRY[kernel]
     nbytes = spec.bytes_moved(config, dtype, context, fp8)
     make = functools.partial(spec.make_inputs, config, dtype, device, context, fp8)
@@ -101,7 +111,10 @@ def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.de
     else:
         candidates = [*gemv_candidates(kernel == "rmsnorm_swiglu", fp8 is not None, quick), default]
         if isinstance(fp8, WeightFormat) and fp8.is_block:  # each launch both ways (GemvConfig.own_int8)
-            candidates += [dataclasses.replace(launch, own_int8=True) for launch in candidates]
+            every = candidates
+            candidates = [*every, *(dataclasses.replace(launch, own_int8=True) for launch in every)]
+            if fp8 in FLOAT_BLOCKS and key[1] <= FLOAT_BLOCKS_MAX_K:  # and on float activations
+                candidates += [dataclasses.replace(launch, float_blocks=True) for launch in every]
     times, failed = {}, {}
     for launch in dict.fromkeys(candidates):
         try:

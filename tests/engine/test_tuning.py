@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 import pytest
 import torch
@@ -30,11 +31,11 @@ from ..kernels.common import DEVICE, ODD, tolerance
 
 def cost(launch) -> float:
     """The fake timer's microseconds: larger tiles, more warps and fewer splits are faster (large tiles are also
-    quick in the interpreter); then smaller blocks, then a GEMV that rounds its own int8 activations, so that no
-    two launches tie."""
+    quick in the interpreter); then smaller blocks, then a GEMV that rounds its own int8 activations, then one
+    on int8 activations from a pass, then one on float activations, so that no two launches tie."""
     if isinstance(launch, GemvConfig):
         return (1e4 / (launch.block_n * launch.block_k) - launch.num_warps * 1e-3 + launch.block_n * 1e-6
-                - launch.own_int8 * 1e-7)
+                - launch.own_int8 * 1e-7 + launch.float_blocks * 1e-7)
     if isinstance(launch, StepConfig):  # the persistent step: deeper staging is faster
         return 10.0 - launch.stages
     return launch.n_splits + launch.block_s * 1e-3
@@ -161,12 +162,14 @@ def test_committed_entries_are_never_overridden_and_known_keys_not_tuned():
     '{"version": 1, "launches": [{"table": "rmsnorm_swiglu", "key": [200, 96, 4], '
     '"launch": {"block_n": 4, "block_k": 64, "num_warps": 2, "num_stages": 1, "own_int8": true}, "us": 1.0}]}',
     '{"version": 1, "launches": [{"table": "rmsnorm_swiglu", "key": [200, 96, 4], '
+    '"launch": {"block_n": 4, "block_k": 64, "num_warps": 2, "num_stages": 1, "float_blocks": true}, "us": 1.0}]}',
+    '{"version": 1, "launches": [{"table": "rmsnorm_swiglu", "key": [200, 96, 4], '
     '"launch": {"block_n": 4, "block_k": 64, "num_warps": 2, "num_stages": 1, "pdl": 1}, "us": 1.0}]}',
     '{"version": 1, "launches": [{"table": "decode_attention", "key": [3, 2], '
     '"launch": {"n_splits": 4, "block_s": 32, "num_warps": 2, "min_split": -32}, "us": 1.0}]}',
     "[" * 100_000 + "]" * 100_000,
-], ids=["not-json", "unknown-table", "not-a-dict", "block-not-pow2", "own-int8-of-float-weights", "pdl-not-a-bool",
-        "negative-min-split", "nested-beyond-recursion"])
+], ids=["not-json", "unknown-table", "not-a-dict", "block-not-pow2", "own-int8-of-float-weights",
+        "float-blocks-of-float-weights", "pdl-not-a-bool", "negative-min-split", "nested-beyond-recursion"])
 def test_a_corrupt_cache_is_a_warning_and_a_retune(content, capsys):
     model = odd_model()
     path = tuning.prepare(model, FakeTimer()).path
@@ -334,3 +337,22 @@ def test_block_weights_are_tuned_under_keys_that_name_their_format():
         with torch.no_grad():
             logits.append(torch.cat([m(tokens[i: i + 1], torch.tensor(i, device=DEVICE)) for i in range(3)]))
     torch.testing.assert_close(logits[0], logits[1], **tolerance(torch.float32))
+
+
+@pytest.mark.parametrize("max_k,offered", [(2048, True), (64, False)])
+def test_small_block_gemvs_are_also_timed_on_float_activations(monkeypatch, max_k, offered):
+    """GemvConfig.float_blocks joins a Q4_1 GEMV's candidates where K is at most FLOAT_BLOCKS_MAX_K (ODD's K is 96),
+    and wins when it times fastest; K-quants and float weights never take it."""
+    monkeypatch.setattr(sys.modules["llamafast.tuning.sweep"], "FLOAT_BLOCKS_MAX_K", max_k)
+
+    def timer(call, sets):
+        (launch,) = call.keywords["configs"].values()
+        return cost(launch) - launch.float_blocks * 1.0
+
+    s = sweep("linear_residual[wo]", ODD, torch.float32, DEVICE, WeightFormat.q4_1, quick=True, timer=timer)
+    assert not s.failed and any(launch.own_int8 for launch in s.times)
+    assert any(launch.float_blocks for launch in s.times) == offered == s.best.float_blocks
+    for fmt in (WeightFormat.q4_k, None):
+        config = dataclasses.replace(ODD, dim=256, n_heads=4, n_kv_heads=2) if fmt else ODD
+        s = sweep("linear_residual[wo]", config, torch.float32, DEVICE, fmt, quick=True, timer=timer)
+        assert not any(launch.float_blocks for launch in s.times)

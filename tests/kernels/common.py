@@ -60,6 +60,23 @@ BLOCK_CASES = [pytest.param(p.values[0], fmt, id=f"{p.id}-{fmt.value}", marks=p.
 BLOCK_DTYPES = [torch.float32, torch.float16, *([torch.bfloat16] if ON_GPU else [])]
 
 
+# The block formats GemvConfig.float_blocks multiplies against float activations, on the shapes their blocks fit.
+FLOAT_BLOCK_CASES = [p for p in BLOCK_CASES if p.values[1] in BLOCKS]
+
+
+def float_launch(w):
+    """w's default launch, multiplying float activations (GemvConfig.float_blocks)."""
+    from llamafast.kernels.gemv import gemv_config
+
+    return dataclasses.replace(gemv_config({}, w), float_blocks=True)
+
+
+def float_oracle(w):
+    """w as the reference multiplies float activations by it: no int8 rounding (Weight.int8 off)."""
+    tail = w.tail and dataclasses.replace(w.tail, int8=False)
+    return dataclasses.replace(w, int8=False, tail=tail)
+
+
 def launches(w) -> tuple:
     """w's default launch, and the same launch rounding its own int8 activations (GemvConfig.own_int8)."""
     from llamafast.kernels.gemv import gemv_config

@@ -16,7 +16,8 @@ from llamafast.quant import FP8Format
 
 from llamafast.kernels.gemv import GemvConfig, gemv_key, launch_args
 
-from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, K_QUANTS, SHAPES, launches, tolerance
+from .common import (BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FLOAT_BLOCK_CASES, FP8, K_QUANTS, SHAPES,
+                     float_launch, float_oracle, launches, tolerance)
 
 GEMVS = [name for name, spec in REGISTRY.items() if spec.kernel in (linear_residual, rmsnorm_swiglu, rmsnorm_lm_head)]
 # The registry's kernels tested by their own modules: test_rmsnorm_qkv_rope, test_decode_attention, test_sparse_ffn.
@@ -59,6 +60,21 @@ def test_own_int8_equals_the_quantize_pass(config, fmt, name):
     got = spec.kernel(*args, **kw, configs={gemv_key(w): own})
     torch.testing.assert_close(got, spec.kernel(*args, **kw, configs={gemv_key(w): passed}), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got, spec.reference(*args, **kw), **tolerance(torch.float32))
+
+
+@pytest.mark.parametrize("name", GEMVS)
+@pytest.mark.parametrize("dtype", BLOCK_DTYPES, ids=str)
+@pytest.mark.parametrize("config,fmt", FLOAT_BLOCK_CASES)
+def test_float_blocks_match_the_float_reference(config, dtype, fmt, name):
+    """GemvConfig.float_blocks: Q8_0, Q4_0 and Q4_1 weights dequantized in registers times float activations,
+    against the reference that does the same (no int8 rounding); under PDL on a GPU."""
+    spec = REGISTRY[name]
+    args, kw = spec.make_inputs(config, dtype, DEVICE, 1, fmt)
+    at = 1 if name.startswith("linear_residual") else 2
+    w = args[at]
+    got = spec.kernel(*args, **kw, configs={gemv_key(w): float_launch(w)})
+    oracle = (*args[:at], float_oracle(w), *args[at + 1:])
+    torch.testing.assert_close(got, spec.reference(*oracle, **kw), **tolerance(dtype))
 
 
 @pytest.mark.parametrize("fmt", K_QUANTS, ids=str)

@@ -11,7 +11,8 @@ from llamafast.measure.registry import REGISTRY, weight
 
 from llamafast.kernels.gemv import gemv_key
 
-from .common import BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FP8, SHAPES, launches, tolerance
+from .common import (BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FLOAT_BLOCK_CASES, FP8, SHAPES, float_launch,
+                     float_oracle, launches, tolerance)
 
 SPEC = REGISTRY["rmsnorm_qkv_rope"]
 
@@ -67,6 +68,25 @@ def test_own_int8_matches_reference(config, fmt, v_fmt):
     _, own = launches(w)
     check_against_reference(config, torch.float32, 7, None, (x, g, w, cos, sin, pos, k_cache, v_cache, eps),
                             {"configs": {gemv_key(w): own}})
+
+
+@pytest.mark.parametrize("config,fmt,v_fmt", [
+    *[pytest.param(*p.values, None, id=p.id, marks=p.marks) for p in FLOAT_BLOCK_CASES],
+    *[p for p in MIXED if p.values[1] in (WeightFormat.q4_0, WeightFormat.q8_0)]])
+def test_float_blocks_match_the_float_reference(config, fmt, v_fmt):
+    """GemvConfig.float_blocks against the reference's float products, in the head's rows; a tail in a block format
+    the launch multiplies against int8 activations rounds x itself, as the reference's int8 model does."""
+    (x, g, w, cos, sin, pos, k_cache, v_cache, eps), _ = SPEC.make_inputs(config, torch.float32, DEVICE, 7, fmt)
+    if v_fmt is not None:
+        head = weight(config.dim + config.kv_dim, config.dim, torch.float32, DEVICE, fmt)
+        w = Weight(head.data, head.scale, fmt, tail=weight(config.kv_dim, config.dim, torch.float32, DEVICE, v_fmt),
+                   int8=True)
+    args = (x, g, w, cos, sin, pos, k_cache, v_cache, eps)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    q_ref = SPEC.reference(x, g, float_oracle(w), cos, sin, pos, k_ref, v_ref, eps)
+    q = SPEC.kernel(*args, configs={gemv_key(w): float_launch(w)})
+    for got, want in ((q, q_ref), (k_cache, k_ref), (v_cache, v_ref)):
+        torch.testing.assert_close(got, want, **tolerance(torch.float32))
 
 
 # A GPU model's own launches (kernels.ON_GPU) at their shapes: the committed table's are swept at 7B on the GPU.
