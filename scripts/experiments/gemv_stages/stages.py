@@ -59,15 +59,17 @@ def candidates(launch: GemvConfig, pair: bool, k: int) -> list[GemvConfig]:
     return out
 
 
-def walk(model, steps: int, budget_s: float) -> dict:
-    """Each GEMV's stage candidates in the whole step, one kernel at a time; {(table, key): launch} kept."""
+def walk(model, steps: int, budget_s: float, make=None) -> dict:
+    """Each GEMV's candidates (make(launch, pair, k), default candidates) in the whole step, one kernel at a time;
+    {(table, key): launch} kept."""
+    make = make or candidates
     tables, chosen = model.backend.launches, {}
     best = timed(model, steps, "the model's launches")
     t0 = time.perf_counter()
     for table, key, _ in jobs(model):
         start = tables[table].get(key)
         current = start
-        for launch in candidates(start or default_launch(key), table == "rmsnorm_swiglu", key[1]):
+        for launch in make(start or default_launch(key), table == "rmsnorm_swiglu", key[1]):
             if time.perf_counter() - t0 > budget_s:
                 print(f"  budget of {budget_s:.0f} s spent: the walk stops here", flush=True)
                 return chosen
