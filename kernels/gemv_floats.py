@@ -6,10 +6,10 @@ the reference's arithmetic up to fp32 rounding:
 
 A tile is taken as two halves in GGUF's nibble order, the weights b*32 + j and b*32 + 16 + j of each block b
 (j < 16): a Q4 byte's low and high nibbles, two runs of 16 Q8_0 bytes; x is loaded at those two index sets, so
-the weights are read as stored. Under programmatic dependent launch the first tile, its integers widened and its
-scales, is read before the wait for x, so what follows the wait is a float GEMV's: x, the products, the sums. That costs ALU per weight
-that the int8 loop (gemv_int8.py) saves, and pays where K is a tile or two and a call's latency bounds it
-(tuning.sweep.FLOAT_BLOCKS_MAX_K)."""
+the weights are read as stored. Under programmatic dependent launch the first tile, its integers and its scales,
+is read before the wait for x, so what follows the wait is a float GEMV's: x, the products, the sums, with no
+rounding of x on that path. That costs ALU per weight that the int8 loop (gemv_int8.py) saves, and pays where K
+is a tile or two and a call's latency bounds it (tuning.sweep.FLOAT_BLOCKS_MAX_K)."""
 
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ tile bytes in flight and no more (7B FP8 wo in 1,024-wide tiles: 4 MB, which the
 about 1 us). Stages raise the bytes in flight without registers. Needs tried.diff applied (the kernels take
 the stages); it lost everywhere it ran (tried.diff's header). For each GEMV, in
 step_launches.ORDER, this tries the model's launch at 2 and 3 stages and with its tile twice and half as wide
-(candidates), keeps a launch only where the step runs faster by more than the noise, then times the model's launches and the
-chosen ones in turn, three times each. Block formats are tuned on first use first, as every command does.
-Random weights; from the repository root, on one GPU:
+(candidates), keeps a launch only where the step runs faster by more than the noise, then times the model's
+launches and the chosen ones in turn, three times each. Block formats are tuned on first use first, as every
+command does. Random weights; from the repository root, on one GPU:
 
     python scripts/experiments/gemv_stages/stages.py --shape llama-2-7b --weights fp8_e5m2 q4_0 bf16
 """
