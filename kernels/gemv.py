@@ -51,11 +51,11 @@ def dot_rows(
             wait_arrivals(wait_ptr, wait_target)
     if W_FP8 >= 3:  # the block formats: their own loops, so the float and FP8 loops below compile without them
         tl.static_assert(PARTS == 0, "block-format weights run on one GPU")
-        if FLOAT_BLOCKS and W_FP8 <= 5:
-            tl.static_assert(PREFETCH == 0, "the persistent kernel's tasks take int8 activations")
+        if FLOAT_BLOCKS:
+            tl.static_assert(W_FP8 <= 5 and PREFETCH == 0, "float activations: Q8_0, Q4_0, Q4_1, per-op GEMVs")
             out, out2, ss = dot_floats(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, rows, row_mask, K, stride_wn,
                                        BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PDL)
-        else:  # the K-quants of a float_blocks launch (a wqkv's tail) round x to int8 themselves
+        else:
             out, out2, ss = dot_int8(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, rows, row_mask, K, stride_wn,
                                      BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PDL, wait_ptr, wait_target,
                                      watchdog_ptr, WAIT, PREFETCH)
@@ -180,9 +180,9 @@ class GemvConfig:
     # Launched under programmatic dependent launch even where use_pdl leaves the weights without it (FP8): set
     # where the whole step chose it with this launch (kernels.ON_GPU).
     pdl: bool = False
-    # Q8_0, Q4_0 and Q4_1 weights only: float activations times the weights dequantized in registers, the
-    # reference's arithmetic (gemv_floats.py), instead of int8 ones; K-quant rows of the launch (a wqkv's tail)
-    # round x themselves. Tuning offers it where K is small (tuning.sweep.FLOAT_BLOCKS_MAX_K).
+    # Q8_0, Q4_0 and Q4_1 weights only (gemv_floats.FORMATS): float activations times the weights dequantized in
+    # registers, the reference's arithmetic (gemv_floats.py), instead of int8 ones. Tuning offers it where K is
+    # small (tuning.sweep.FLOAT_BLOCKS_MAX_K).
     float_blocks: bool = False
 
 

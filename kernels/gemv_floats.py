@@ -17,8 +17,12 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from llamafast.config import WeightFormat
+
 from .gemv_blocks import block_scales, nibble_floats
 from .gemv_tiles import activation
+
+FORMATS = (WeightFormat.q8_0, WeightFormat.q4_0, WeightFormat.q4_1)  # the formats this loop reads
 
 
 @triton.jit

@@ -13,6 +13,8 @@ Wqkv (12288 x 4096), writes q (8 KB) and one position of k and v (8 KB each).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -21,6 +23,7 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_vector, check_weight, scale_arg, w_fp8
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
+from .gemv_floats import FORMATS as FLOAT_FORMATS
 from .quantize_activation import gemv_input
 from .tp_sync import consumer_args, release_slot
 
@@ -132,6 +135,9 @@ def rmsnorm_qkv_rope(x, norm_w, wqkv: Weight, cos, sin, pos, k_cache, v_cache, e
     q = torch.empty((1, qd // d, d), device=x.device, dtype=x.dtype)
     cfg = gemv_config(CONFIGS if configs is None else configs, wqkv, summed=bool(parts))
     head, tail = wqkv.head, wqkv.tail
+    if cfg.float_blocks and tail is not None and tail.fmt not in FLOAT_FORMATS:
+        # A tail with no float loop: every row of the launch rounds x to int8 itself, one arithmetic for the weight
+        cfg = dataclasses.replace(cfg, float_blocks=False, own_int8=True)
     block_n = qkv_rows(cfg.block_n, wqkv)
     _rmsnorm_qkv_rope_kernel[(cdiv(n, block_n),)](
         gemv_input(x, wqkv, cfg, norm_w), norm_w, head.data, scale_arg(head), cos, sin, pos, q, k_cache, v_cache,

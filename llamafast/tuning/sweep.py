@@ -20,6 +20,7 @@ from llamafast.kernels import COMMITTED
 from llamafast.kernels.decode_attention import AttentionConfig, default_config
 from llamafast.kernels.decode_step_plan import StepConfig
 from llamafast.kernels.gemv import GemvConfig, gemv_config, gemv_key
+from llamafast.kernels.gemv_floats import FORMATS as FLOAT_FORMATS
 from llamafast.quant import FP8Format
 
 Launch = GemvConfig | AttentionConfig | StepConfig
@@ -43,12 +44,11 @@ Timer = Callable[[Callable, list[Inputs]], float]
 graph_timer: Timer = functools.partial(time_in_graph, replays=10)  # median of 10 replays of one CUDA graph
 
 
-# The block formats whose decode GEMVs may multiply float activations (GemvConfig.float_blocks), and the largest
-# K at which tuning times them so: there a row is a tile or two, and a call's latency, which the int8 rounding
+# The largest K at which tuning times the decode GEMVs of kernels.gemv_floats.FORMATS on float activations too
+# (GemvConfig.float_blocks): there a row is a tile or two, and a call's latency, which the int8 rounding
 # lengthens, bounds it. At Llama-2-7B's K of 4,096 and 11,008 float products were bound by their ALU: Q4_0 385.3
 # tok/s against 471.4 on int8 activations, Q8_0 312.4 against 322.2, neither under PDL (one H100,
 # scripts/results/quant/bench_7b_blocks.txt, bench_7b_int8.txt).
-FLOAT_BLOCKS = (WeightFormat.q8_0, WeightFormat.q4_0, WeightFormat.q4_1)
 FLOAT_BLOCKS_MAX_K = 2048
 
 
@@ -113,7 +113,7 @@ def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.de
         if isinstance(fp8, WeightFormat) and fp8.is_block:  # each launch both ways (GemvConfig.own_int8)
             every = candidates
             candidates = [*every, *(dataclasses.replace(launch, own_int8=True) for launch in every)]
-            if fp8 in FLOAT_BLOCKS and key[1] <= FLOAT_BLOCKS_MAX_K:  # and on float activations
+            if fp8 in FLOAT_FORMATS and key[1] <= FLOAT_BLOCKS_MAX_K:  # and on float activations
                 candidates += [dataclasses.replace(launch, float_blocks=True) for launch in every]
     times, failed = {}, {}
     for launch in dict.fromkeys(candidates):

@@ -72,9 +72,11 @@ def float_launch(w):
 
 
 def float_oracle(w):
-    """w as the reference multiplies float activations by it: no int8 rounding (Weight.int8 off)."""
-    tail = w.tail and dataclasses.replace(w.tail, int8=False)
-    return dataclasses.replace(w, int8=False, tail=tail)
+    """w as a float_blocks launch multiplies it, for the reference: on float activations (Weight.int8 off), or on
+    int8 ones throughout where a wqkv's tail has no float loop (rmsnorm_qkv_rope turns the launch to own_int8)."""
+    if w.tail is not None and w.tail.fmt not in BLOCKS:
+        return w
+    return dataclasses.replace(w, int8=False, tail=w.tail and dataclasses.replace(w.tail, int8=False))
 
 
 def launches(w) -> tuple:

@@ -72,10 +72,12 @@ def test_own_int8_matches_reference(config, fmt, v_fmt):
 
 @pytest.mark.parametrize("config,fmt,v_fmt", [
     *[pytest.param(*p.values, None, id=p.id, marks=p.marks) for p in FLOAT_BLOCK_CASES],
-    *[p for p in MIXED if p.values[1] in (WeightFormat.q4_0, WeightFormat.q8_0)]])
+    *[p for p in MIXED if p.values[1] in (WeightFormat.q4_0, WeightFormat.q8_0)],
+    pytest.param(MIXED[0].values[0], WeightFormat.q4_0, WeightFormat.q6_k, id="k256-q4_0+q6_k")])
 def test_float_blocks_match_the_float_reference(config, fmt, v_fmt):
-    """GemvConfig.float_blocks against the reference's float products, in the head's rows; a tail in a block format
-    the launch multiplies against int8 activations rounds x itself, as the reference's int8 model does."""
+    """GemvConfig.float_blocks against the reference's float products, in the head's rows and a Q8_0 tail's; with
+    a K-quant tail, which has no float loop, the whole launch rounds x to int8 itself, as the reference's int8
+    model does."""
     (x, g, w, cos, sin, pos, k_cache, v_cache, eps), _ = SPEC.make_inputs(config, torch.float32, DEVICE, 7, fmt)
     if v_fmt is not None:
         head = weight(config.dim + config.kv_dim, config.dim, torch.float32, DEVICE, fmt)
