@@ -20,6 +20,7 @@ from llamafast.kernels import gemv
 from llamafast.kernels.decode_attention import AttentionConfig
 from llamafast.kernels.decode_step_plan import StepConfig
 from llamafast.kernels.gemv import GemvConfig
+from llamafast.kernels.gemv_floats import FORMATS as FLOAT_FORMATS
 from llamafast.tuning.sweep import TABLES, Launch
 
 VERSION = 1  # of the file's layout; a file of another version is ignored (and rewritten)
@@ -142,8 +143,9 @@ def _check_step(key: tuple, launch: StepConfig) -> None:
 
 def _check(table: str, key: tuple, launch: Launch) -> None:
     """What a launch needs to compile: positive integers, blocks and warps powers of two; keys of the right
-    length, a GEMV key's last a byte count or a block format's name; own_int8 and float_blocks bools, true for block
-    weights only and never both; pdl a bool; attention's min_split a non-negative integer."""
+    length, a GEMV key's last a byte count or a block format's name; own_int8 a bool, true for block weights only;
+    float_blocks a bool, true for gemv_floats.FORMATS' keys only and never with own_int8; pdl a bool; attention's
+    min_split a non-negative integer."""
     if table == "decode_step":
         return _check_step(key, launch)
     block = table != "decode_attention" and len(key) == 3 and key[2] in BLOCK_FORMATS
@@ -158,7 +160,7 @@ def _check(table: str, key: tuple, launch: Launch) -> None:
         raise ValueError(f"bad entry {table} {list(key)}: {asdict(launch)}")
     if type(own_int8) is not bool or (own_int8 and not block):
         raise ValueError(f"bad entry {table} {list(key)}: own_int8 {own_int8!r}")
-    if type(float_blocks) is not bool or (float_blocks and (not block or own_int8)):
+    if type(float_blocks) is not bool or (float_blocks and (key[2] not in FLOAT_FORMATS or own_int8)):
         raise ValueError(f"bad entry {table} {list(key)}: float_blocks {float_blocks!r}")
     if type(pdl) is not bool:
         raise ValueError(f"bad entry {table} {list(key)}: pdl {pdl!r}")

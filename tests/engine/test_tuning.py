@@ -163,13 +163,15 @@ def test_committed_entries_are_never_overridden_and_known_keys_not_tuned():
     '"launch": {"block_n": 4, "block_k": 64, "num_warps": 2, "num_stages": 1, "own_int8": true}, "us": 1.0}]}',
     '{"version": 1, "launches": [{"table": "rmsnorm_swiglu", "key": [200, 96, 4], '
     '"launch": {"block_n": 4, "block_k": 64, "num_warps": 2, "num_stages": 1, "float_blocks": true}, "us": 1.0}]}',
+    '{"version": 1, "launches": [{"table": "rmsnorm_swiglu", "key": [200, 96, "q4_k"], '
+    '"launch": {"block_n": 4, "block_k": 64, "num_warps": 2, "num_stages": 1, "float_blocks": true}, "us": 1.0}]}',
     '{"version": 1, "launches": [{"table": "rmsnorm_swiglu", "key": [200, 96, 4], '
     '"launch": {"block_n": 4, "block_k": 64, "num_warps": 2, "num_stages": 1, "pdl": 1}, "us": 1.0}]}',
     '{"version": 1, "launches": [{"table": "decode_attention", "key": [3, 2], '
     '"launch": {"n_splits": 4, "block_s": 32, "num_warps": 2, "min_split": -32}, "us": 1.0}]}',
     "[" * 100_000 + "]" * 100_000,
 ], ids=["not-json", "unknown-table", "not-a-dict", "block-not-pow2", "own-int8-of-float-weights",
-        "float-blocks-of-float-weights", "pdl-not-a-bool", "negative-min-split", "nested-beyond-recursion"])
+        "float-blocks-of-float-weights", "float-blocks-of-k-quants", "pdl-not-a-bool", "negative-min-split", "nested-beyond-recursion"])
 def test_a_corrupt_cache_is_a_warning_and_a_retune(content, capsys):
     model = odd_model()
     path = tuning.prepare(model, FakeTimer()).path
