@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from llamafast.config import MODEL_CONFIGS, ModelConfig, WeightFormat
+from llamafast.kernels.gemv_floats import FORMATS as FLOAT_FORMATS
 from llamafast.quant import FP8Format
 
 from ..conftest import TOLERANCES
@@ -61,7 +62,7 @@ BLOCK_DTYPES = [torch.float32, torch.float16, *([torch.bfloat16] if ON_GPU else 
 
 
 # The block formats GemvConfig.float_blocks multiplies against float activations, on the shapes their blocks fit.
-FLOAT_BLOCK_CASES = [p for p in BLOCK_CASES if p.values[1] in BLOCKS]
+FLOAT_BLOCK_CASES = [p for p in BLOCK_CASES if p.values[1] in FLOAT_FORMATS]
 
 
 def float_launch(w):
@@ -74,7 +75,7 @@ def float_launch(w):
 def float_oracle(w):
     """w as a float_blocks launch multiplies it, for the reference: on float activations (Weight.int8 off), or on
     int8 ones throughout where a wqkv's tail has no float loop (rmsnorm_qkv_rope turns the launch to own_int8)."""
-    if w.tail is not None and w.tail.fmt not in BLOCKS:
+    if w.tail is not None and w.tail.fmt not in FLOAT_FORMATS:
         return w
     return dataclasses.replace(w, int8=False, tail=w.tail and dataclasses.replace(w.tail, int8=False))
 

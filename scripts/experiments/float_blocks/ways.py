@@ -36,7 +36,7 @@ def main() -> None:
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     bf16 = random_model(a.shape, torch.device("cuda"), DType.bfloat16, Backend.triton).model
     tune(bf16)
-    float_launch = {(t, k[:2]): bf16.backend.launches[t].get(k) for t, k, _ in jobs(bf16)}
+    bf16_launches = {(t, k[:2]): bf16.backend.launches[t].get(k) for t, k, _ in jobs(bf16)}
     model = random_block_models(a.shape, torch.device("cuda"), DType.bfloat16, Backend.triton,
                                 [WeightFormat(a.weights)])[0].model
     tune(model)
@@ -44,7 +44,7 @@ def main() -> None:
     tuned = {(t, k): tables[t].get(k) for t, k, _ in jobs(model)}
     for (t, k), launch in tuned.items():
         print(f"  tuned: {t} {k}: {launch}", flush=True)
-    shapes = {k[:2]: float_launch.get((t, k[:2])) for t, k in tuned}
+    shapes = {k[:2]: bf16_launches.get((t, k[:2])) for t, k in tuned}
 
     def ways(launch, pair, k):
         out = []
