@@ -9,8 +9,9 @@ split starts past L exit at once, so the loop is bounded by the current length, 
 while the grid stays fixed for CUDA graphs. Splits are cut from the cache's size, or, where the launch sets
 min_split, from the current length (AttentionConfig). Each KV head's last split program to finish (it takes a ticket)
 merges that head's used splits by their LSE, so no merge kernel follows: one kernel boundary less per layer,
-+0.2% (bf16) and +0.4% (FP8 E5M2) decode tok/s at Llama-2-7B on the H100, +0.3% / +0.5% on the H200. While L
-fits one split (512 positions at 7B), split 0 writes the output itself: no partials, no ticket, no merge.
++0.2% (bf16) and +0.4% (FP8 E5M2) decode tok/s at Llama-2-7B on the H100, +0.3% / +0.5% on the H200; it merges
+every head of the group in one pass (attention_merge.py). While L fits one split (512 positions at 7B), split 0
+writes the output itself: no partials, no ticket, no merge.
 Scores use tl.dot with the group padded to 16 rows (and D to 16): wasted MMA work is free here, since the
 kernel is bound by K/V reads. Legend: H heads, KVH kv heads, D head_dim, L length.
 Llama-2-7B bf16 at L = 4096: reads 2 x 32 x 4096 x 128 x 2 B = 64 MiB of K/V per layer.
@@ -25,6 +26,7 @@ import triton
 import triton.language as tl
 
 from ._common import cdiv, dot_dim, next_pow2
+from .attention_merge import merge_blocks, merge_head, merge_heads
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,8 @@ class AttentionConfig:
     # 2) leaves every context up to 512 positions at 7B to one program a KV head. n > 0: the current length is cut
     # into the grid's splits of at least n positions, the length read on the device. On an H200
     # (scripts/experiments/attention_splits/), 7B FP8 with a 4,096-position cache: 2,502.1-2,503.8 -> 2,281.3-2,284.1
-    # us a step after a 1,000-token prompt, 2,172.6-2,177.0 -> 2,139.3-2,142.8 after 16 tokens, with n = 32; at 70B
-    # (8 KV heads of 8) it lost (18,610-18,859 -> 18,947-18,980 us, n = 32), so 70B keeps 0. The persistent step's
+    # us a step after a 1,000-token prompt, 2,172.6-2,177.0 -> 2,139.3-2,142.8 after 16 tokens, with n = 32. Tuning
+    # on first use picks n for the shapes no table holds (tuning.sweep.sweep_splits). The persistent step's
     # attention tasks keep splits of the cache's size.
     min_split: int = 0
 
@@ -76,12 +78,12 @@ def _decode_attention_split_kernel(
     counter_ptr, out_ptr,  # a ticket per KV head (int32, zero between calls); out (H, D)
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr,
-    BLOCK_SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr,
+    BLOCK_SPLITS: tl.constexpr, MERGE_G: tl.constexpr, MERGE_CHUNK: tl.constexpr, MIN_SPLIT: tl.constexpr,
 ):
     attention_split(
         tl.program_id(0), tl.program_id(1), q_ptr, k_ptr, v_ptr, pos_ptr, part_ptr, lse_ptr, stride_ch, stride_cs,
         n_splits, sm_scale, counter_ptr, out_ptr, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S, SPLIT_LEN, FP32,
-        BLOCK_SPLITS, MIN_SPLIT,
+        BLOCK_SPLITS, MERGE_G, MERGE_CHUNK, MIN_SPLIT,
     )
 
 
@@ -91,6 +93,7 @@ def attention_split(
     counter_ptr, out_ptr,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+    MERGE_G: tl.constexpr, MERGE_CHUNK: tl.constexpr,  # merge_blocks
     MIN_SPLIT: tl.constexpr = 0,  # AttentionConfig.min_split; 0: splits of SPLIT_LEN
 ):
     """One split of one KV head's sequence; the head's last split to finish merges the used ones."""
@@ -144,23 +147,11 @@ def attention_split(
             ticket = tl.atomic_add(counter_ptr + kvh, 1, sem="acq_rel", scope="gpu")
             if ticket == used - 1:
                 tl.atomic_xchg(counter_ptr + kvh, 0, sem="relaxed", scope="gpu")  # zero again for the next call
-                for i in tl.static_range(GROUP):
-                    _merge_head(part_ptr, lse_ptr, out_ptr, kvh * GROUP + i, n_splits, used, HEAD_DIM, BLOCK_D,
-                                BLOCK_SPLITS)
-
-
-@triton.jit
-def _merge_head(part_ptr, lse_ptr, out_ptr, h, n_splits, used, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                BLOCK_SPLITS: tl.constexpr):
-    """Head h's output: its used splits' partial outputs weighted by their softmax mass (log-sum-exp)."""
-    sp = tl.arange(0, BLOCK_SPLITS)
-    d = tl.arange(0, BLOCK_D)
-    lse = tl.load(lse_ptr + h * n_splits + sp, mask=sp < used, other=float("-inf"))
-    w = tl.exp(lse - tl.max(lse, axis=0))  # split 0 always holds position 0, so the max is finite
-    mask = (sp < used)[:, None] & (d < HEAD_DIM)[None, :]
-    part = tl.load(part_ptr + (h * n_splits + sp)[:, None] * HEAD_DIM + d[None, :], mask=mask, other=0.0)
-    out = tl.sum(part * w[:, None], axis=0) / tl.sum(w, axis=0)
-    tl.store(out_ptr + h * HEAD_DIM + d, out.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)
+                if GROUP == 1:
+                    merge_head(part_ptr, lse_ptr, out_ptr, kvh, n_splits, used, HEAD_DIM, BLOCK_D, BLOCK_SPLITS)
+                else:
+                    merge_heads(part_ptr, lse_ptr, out_ptr, kvh, n_splits, used, GROUP, HEAD_DIM, BLOCK_D,
+                                 BLOCK_SPLITS, MERGE_G, MERGE_CHUNK)
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor, configs=None):
@@ -175,12 +166,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     part = torch.empty((h, n_splits, d), device=q.device, dtype=torch.float32)
     lse = torch.empty((h, n_splits), device=q.device, dtype=torch.float32)
     out = torch.empty((1, h * d), device=q.device, dtype=q.dtype)
+    merge_g, merge_chunk = merge_blocks(h // kvh, d, n_splits)
     _decode_attention_split_kernel[(kvh, n_splits)](
         q, k_cache, v_cache, pos, part, lse, k_cache.stride(0), k_cache.stride(1), n_splits, d**-0.5,
         tickets(q.device, kvh), out,
         GROUP=h // kvh, HEAD_DIM=d, BLOCK_G=dot_dim(h // kvh), BLOCK_D=dot_dim(d),
         BLOCK_S=cfg.block_s, SPLIT_LEN=split_len, FP32=q.dtype == torch.float32,
-        BLOCK_SPLITS=next_pow2(n_splits), MIN_SPLIT=cfg.min_split, num_warps=cfg.num_warps,
+        BLOCK_SPLITS=next_pow2(n_splits), MERGE_G=merge_g, MERGE_CHUNK=merge_chunk, MIN_SPLIT=cfg.min_split,
+        num_warps=cfg.num_warps,
     )
     return out
 

@@ -29,6 +29,7 @@ from triton.language.extra.cuda import globaltimer
 
 from ._common import INTERPRET, cdiv, dot_dim, next_pow2, scale_arg
 from .counters import report_done, wait_count
+from .attention_merge import merge_blocks
 from .decode_attention import attention_config, attention_split
 from .decode_step_plan import (CONFIGS, FLAGS, OPS, TENSORS, LayerTensors, StepConfig, even_split, format_args,
                                offset_table, op_tasks, row_elems, step_config, step_formats, step_key, tail_tensors)
@@ -57,6 +58,7 @@ class DecodeStep:
         att = attention_config(self.kvh, n_heads // self.kvh, attention_configs)
         self.split_len = att.split_len(self.smax)
         self.n_splits = cdiv(self.smax, self.split_len)
+        self.merge = merge_blocks(n_heads // self.kvh, self.d, self.n_splits)
         self.block_s, n = att.block_s, len(layers)
         self.rows = {"x": row_elems(self.c, dt), "q": row_elems(self.qd, dt), "f": row_elems(self.f, dt)}
         self.xs = torch.zeros((n + 1) * self.rows["x"], device=dev, dtype=dt)  # row 0 unused; row l+1: layer l's out
@@ -125,6 +127,7 @@ class DecodeStep:
             BK_FFN=cfg.ffn[1], BN_W2=cfg.w2[0], BK_W2=cfg.w2[1],
             BLOCK_G=dot_dim(self.h // self.kvh), BLOCK_D=dot_dim(self.d), BLOCK_S=self.block_s,
             SPLIT_LEN=self.split_len, FP32=self.xs.dtype == torch.float32, BLOCK_SPLITS=next_pow2(self.n_splits),
+            MERGE_G=self.merge[0], MERGE_CHUNK=self.merge[1],
             SEQUENTIAL=INTERPRET, STAGES=cfg.stages, num_warps=cfg.num_warps,
         )
         if cfg.max_registers and not INTERPRET:
@@ -172,7 +175,8 @@ def _decode_step_kernel(
     BN_QKV: tl.constexpr, BK_QKV: tl.constexpr, BN_WO: tl.constexpr, BK_WO: tl.constexpr,
     BN_FFN: tl.constexpr, BK_FFN: tl.constexpr, BN_W2: tl.constexpr, BK_W2: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr,
-    FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SEQUENTIAL: tl.constexpr, STAGES: tl.constexpr,
+    FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr, MERGE_G: tl.constexpr, MERGE_CHUNK: tl.constexpr,
+    SEQUENTIAL: tl.constexpr, STAGES: tl.constexpr,
     STAMPS: tl.constexpr = False,
 ):
     WAIT: tl.constexpr = not SEQUENTIAL
@@ -214,7 +218,7 @@ def _decode_step_kernel(
                 tile // N_SPLITS, tile % N_SPLITS, qs_ptr + layer * QR, kc_ptr + at(off, 12),
                 vc_ptr + at(off, 13), pos_ptr, part_ptr + layer * PR, lse_ptr + layer * LR, stride_ch, stride_cs,
                 N_SPLITS, sm_scale, cnt + 5, att_ptr + layer * QR, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S,
-                SPLIT_LEN, FP32, BLOCK_SPLITS,
+                SPLIT_LEN, FP32, BLOCK_SPLITS, MERGE_G, MERGE_CHUNK,
             )
         elif op == 2:
             linear_task(

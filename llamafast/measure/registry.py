@@ -72,9 +72,10 @@ def _qkv_inputs(c: ModelConfig, dtype, device, context, fp8=None):
     return (*norm_inputs(c, dtype, device), w, cos, sin, pos, *caches, c.norm_eps), {}
 
 
-def _attention_inputs(c: ModelConfig, dtype, device, context, fp8=None):
+def _attention_inputs(c: ModelConfig, dtype, device, context, fp8=None, length: int | None = None):
+    """A cache of context positions, the first length of them in use (default: all)."""
     q = rand(1, c.n_heads, c.head_dim, dtype=dtype, device=device)
-    pos = torch.tensor(context - 1, device=device)
+    pos = torch.tensor((length or context) - 1, device=device)
     return (q, cache(c, dtype, device, context), cache(c, dtype, device, context), pos), {}
 
 

@@ -26,7 +26,7 @@ from llamafast.settings import settings
 from llamafast.tuning import cache
 from llamafast.tuning.cache import Entries, Entry
 from llamafast.tuning.step import step_job_key, sweep_step
-from llamafast.tuning.sweep import Timer, graph_timer, sweep, table_name
+from llamafast.tuning.sweep import Timer, graph_timer, sweep, sweep_splits, table_name
 
 ATTENTION_CONTEXT = 4096  # positions attention is tuned at (fewer if the model's context is shorter)
 # Input sets per timing: they flush L2 (256 MiB of them) for weights of 4 MiB and up, and keep a tiny model's
@@ -151,8 +151,13 @@ def tune(plan: Plan) -> Tuned:
                 s = sweep(job.kernel, plan.config, plan.dtype, plan.device, job.fp8, context, quick=True,
                           timer=plan.timer, most_sets=MOST_SETS)
             assert s.key == job.key, f"{job.kernel}: the registry's inputs give key {s.key}, the model {job.key}"
-            if s.best is not None:  # else every launch failed: the kernel keeps its default
-                won[(job.table, job.key)] = Entry(s.best, s.times[s.best])
+            if s.best is None:  # every launch failed: the kernel keeps its default
+                continue
+            launch = s.best
+            if job.kernel == "decode_attention":  # then its splits, at the lengths a chat's cache runs at
+                cut = sweep_splits(plan.config, plan.dtype, plan.device, launch, context, plan.timer, MOST_SETS)
+                launch = launch if cut is None or cut.best is None else cut.best
+            won[(job.table, job.key)] = Entry(launch, s.times[s.best])
     if not plan.ignore_committed:
         cache.merge(plan.tables, won)
     header = {"device": plan.gpu, "triton": environment(plan.device)["triton"], "kernels": cache.kernel_hash()}

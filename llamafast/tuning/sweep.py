@@ -80,6 +80,21 @@ def attention_candidates(quick: bool = False) -> list[AttentionConfig]:
     return [AttentionConfig(*p) for p in itertools.product([4, 8, 16, 32], [32, 64, 128], [2, 4, 8])]
 
 
+# The positions in use at which tuning on first use times attention's ways of cutting a cache of the tuned
+# context into splits (AttentionConfig.min_split). chat and serve hold a cache of the model's context and run
+# most turns far below it, where splits of the cache's size leave each KV head to one program: on an H200, 7B FP8
+# in a 4,096-position cache took 2,502 -> 2,282 us a step after a 1,000-token prompt with min_split 32, 13B bf16
+# 6,912-6,947 -> 6,692-6,726 (scripts/experiments/attention_splits/).
+SPLIT_LENGTHS = (256, 1024)
+SPLIT_SET_BYTES = 1 << 30  # the caches of the input sets at one length together (a 7B set holds 64 MiB)
+
+
+def split_candidates(launch: AttentionConfig) -> list[AttentionConfig]:
+    """launch with splits of the cache's size (min_split 0, first: it wins ties), then cut from the current
+    length into splits of at least 1, 2, 4 and 8 times its block_s positions."""
+    return [dataclasses.replace(launch, min_split=launch.block_s * m) for m in (0, 1, 2, 4, 8)]
+
+
 @dataclass
 class Sweep:
     kernel: str  # registry name
@@ -125,6 +140,35 @@ def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.de
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return Sweep(kernel, key, nbytes, times, failed)
+
+
+def sweep_splits(config: ModelConfig, dtype: torch.dtype, device: torch.device, launch: AttentionConfig,
+                 context: int, timer: Timer = graph_timer, most_sets: int | None = None) -> Sweep | None:
+    """Times attention's launch with each of split_candidates in a cache of context positions at each of
+    SPLIT_LENGTHS below it, microseconds summed over the lengths; None where no length is below context (at
+    context itself every way cuts the same splits)."""
+    lengths = [n for n in SPLIT_LENGTHS if n < context]
+    if not lengths:
+        return None
+    spec = REGISTRY["decode_attention"]
+    held = spec.bytes_moved(config, dtype, context)  # what one set's caches hold
+    times: dict[Launch, float] = dict.fromkeys(split_candidates(launch), 0.0)
+    failed: dict[Launch, str] = {}
+    for n in lengths:
+        make = functools.partial(spec.make_inputs, config, dtype, device, context, length=n)
+        most = max(1, SPLIT_SET_BYTES // held) if most_sets is None else min(most_sets, max(1, SPLIT_SET_BYTES // held))
+        sets = input_sets(make, spec.bytes_moved(config, dtype, n), most) if device.type == "cuda" else [make()]
+        key = _key_and_default("decode_attention", sets[0][0])[0]
+        for cut in [c for c in times if c not in failed]:
+            try:
+                times[cut] += timer(functools.partial(spec.kernel, configs={key: cut}), sets)
+            except Exception as e:  # noqa: BLE001 (as in sweep)
+                failed[cut] = type(e).__name__
+        del sets
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    nbytes = sum(spec.bytes_moved(config, dtype, n) for n in lengths)
+    return Sweep("decode_attention", key, nbytes, {c: t for c, t in times.items() if c not in failed}, failed)
 
 
 def _key_and_default(kernel: str, args: tuple) -> tuple[tuple[int, ...], Launch]:

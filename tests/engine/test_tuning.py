@@ -24,7 +24,8 @@ from llamafast.load.weights import quantize_state, random_state
 from llamafast.load.shard import Shard, random_shard
 from llamafast.runtime import tune
 from llamafast.tuning import cache
-from llamafast.tuning.sweep import TABLES, attention_candidates, gemv_candidates, sweep
+from llamafast.tuning.sweep import (SPLIT_LENGTHS, TABLES, attention_candidates, gemv_candidates, split_candidates,
+                                    sweep)
 
 from ..kernels.common import DEVICE, ODD, tolerance
 
@@ -111,6 +112,29 @@ def test_first_use_tunes_every_new_key_saves_them_and_the_next_run_reuses_them()
     assert again.missing == [] and again.warning is None and timer.calls == calls
     for (table, key), entry in done.launches.items():
         assert model.backend.launches[table][key] == entry.launch
+
+
+def test_attention_takes_the_split_cut_that_runs_short_lengths_fastest(tmp_path):
+    """After attention's sweep in a full cache, its winner is timed with each split cut (split_candidates) at the
+    SPLIT_LENGTHS below the cache's size, and the fastest there is kept; at the full length every cut ties, and
+    splits of the cache's size win ties."""
+    seen = []
+
+    def timer(call, sets):
+        (launch,) = call.keywords["configs"].values()
+        length = int(sets[0][0][3]) + 1  # decode_attention(q, k_cache, v_cache, pos)
+        seen.append((launch.min_split, length))
+        if length == ODD.max_seq_len:
+            return cost(launch)
+        return 10.0 + abs(launch.min_split - 2 * launch.block_s)  # the cut of 2 blocks is fastest
+
+    done = tuning.tune(tuning.prepare(odd_model(), timer))
+    base = min(attention_candidates(quick=True), key=cost)
+    assert done.launches[("decode_attention", (3, 2))].launch == dataclasses.replace(base, min_split=2 * base.block_s)
+    assert sorted(m for m, n in seen if n < ODD.max_seq_len) == [c.min_split for c in split_candidates(base)]
+    assert {n for _, n in seen} == {ODD.max_seq_len, *(n for n in SPLIT_LENGTHS if n < ODD.max_seq_len)}
+    flat = tuning.tune(tuning.prepare(odd_model(), lambda call, sets: 1.0, folder=tmp_path / "flat"))
+    assert flat.launches[("decode_attention", (3, 2))].launch.min_split == 0
 
 
 def test_a_models_launches_are_its_own():

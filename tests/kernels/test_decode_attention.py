@@ -1,5 +1,5 @@
 """decode_attention against reference.attention (SDPA over the masked cache), at lengths around the split
-and block sizes, with GQA groups of 1, 2 and 8."""
+and block sizes, with GQA groups of 1, 2, 3 and 8."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import dataclasses
 import pytest
 import torch
 
+from llamafast.config import ModelConfig
 from llamafast.measure.registry import REGISTRY
-from llamafast.kernels.decode_attention import attention_config
+from llamafast.kernels.decode_attention import AttentionConfig, attention_config
 
 from .common import DEVICE, DOT_DTYPES, SHAPES, tolerance
 
@@ -80,4 +81,41 @@ def test_splits_cut_from_the_length_match_reference(config, dtype, where):
     for _ in range(2):
         got = SPEC.kernel(q, k_cache, v_cache, pos, configs={(kvh, group): cut})
         torch.testing.assert_close(got, want, **tolerance(dtype))
+        assert not tickets(q.device, kvh).any()
+
+
+# Groups the CPU shapes lack: Llama-2-70B's 8 query heads a KV head and SmolLM2's 3, head_dim 64 and 128 (so a
+# merge takes 8 splits a load), and Llama-2-7B's 1 (its own merge, of one head).
+GROUPS = [pytest.param(ModelConfig(dim=512, n_layers=1, n_heads=4, n_kv_heads=4, vocab_size=64, max_seq_len=SMAX),
+                       id="group1"),
+          pytest.param(ModelConfig(dim=1536, n_layers=1, n_heads=24, n_kv_heads=3, vocab_size=64,
+                                   max_seq_len=SMAX), id="group8"),
+          pytest.param(ModelConfig(dim=1152, n_layers=1, n_heads=9, n_kv_heads=3, vocab_size=64,
+                                   max_seq_len=SMAX), id="group3")]
+
+
+@pytest.mark.parametrize("config", GROUPS)
+@pytest.mark.parametrize("used", [1, 2, "chunk+1", "all"])
+def test_merge_of_every_head_of_a_group_matches_reference(config, used):
+    """The merge loads every head of the group and merge_blocks' chunk of splits at once (a group of one: every
+    split): lengths that use one split, two, one more than a chunk, and all (fp32, 32-position splits)."""
+    from llamafast.kernels.attention_merge import merge_blocks
+    from llamafast.kernels.decode_attention import tickets
+
+    kvh, group = config.n_kv_heads, config.n_heads // config.n_kv_heads
+    launch = AttentionConfig(n_splits=32, block_s=16, num_warps=2)
+    split = launch.split_len(SMAX)
+    every = -(-SMAX // split)
+    chunk = merge_blocks(group, config.head_dim, every)[1]
+    if used == "chunk+1":
+        if group == 1:
+            pytest.skip("a group of one merges its splits in one load")
+        assert chunk + 1 < every
+    splits = {1: 1, 2: 2, "chunk+1": chunk + 1, "all": every}[used]
+    (q, k_cache, v_cache, _), _ = SPEC.make_inputs(config, torch.float32, DEVICE, SMAX)
+    pos = torch.tensor(min(SMAX, (splits - 1) * split + 3) - 1, device=DEVICE)
+    want = SPEC.reference(q, k_cache, v_cache, pos)
+    for _ in range(2):
+        got = SPEC.kernel(q, k_cache, v_cache, pos, configs={(kvh, group): launch})
+        torch.testing.assert_close(got, want, **tolerance(torch.float32))
         assert not tickets(q.device, kvh).any()

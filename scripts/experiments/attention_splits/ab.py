@@ -58,8 +58,9 @@ def main() -> None:
     a = p.parse_args()
     device, models, prompt = op_cost.started(a)
     small = a.prompt + op_cost.STEPS + 8
-    base = dataclasses.replace(attention_config(*key(models[0].model), models[0].model.backend.launches[
-        "decode_attention"]), min_split=0)
+    launch = attention_config(*key(models[0].model), models[0].model.backend.launches["decode_attention"])
+    print(f"the model's attention launch: {label(launch)}", flush=True)
+    base = dataclasses.replace(launch, min_split=0)
     ways = [(small, base), (a.cache, base), *[(a.cache, dataclasses.replace(base, min_split=int(m)))
                                               for m in a.min_splits.split(",") if m]]
     ways += [(a.cache, AttentionConfig(*map(int, launch.split(",")))) for launch in a.launches.split(";") if launch]
