@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # After a 1,000-token prompt in a 4,096-position cache (as `chat` and `serve` hold one): 70B FP8 E5M2 and 13B bf16
 # with attention tuned on first use (its split cut picked by sweep_splits) against LLAMAFAST_TUNE=0 (attention's
-# default launch, splits of the cache's size; both take the committed GEMV tables); then 7B FP8 E5M2 with the
+# default launch, splits of the cache's size; 70B's GEMVs take the H200's committed entries either way, while no
+# table holds full 13B's, so its pair also sets tuned GEMVs against their defaults); then 7B FP8 E5M2 with the
 # kept merge against ../attention_merge/merge.diff taken out, on the committed tables.
 #   bash scripts/experiments/attention_min_split/run_ctx.sh OUTDIR
 . scripts/experiments/record.sh "$@"
