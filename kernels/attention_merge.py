@@ -1,8 +1,9 @@
 """The merge of decode attention's splits (decode_attention.py), run by each KV head's last split program to
 finish: the head's outputs from its used splits' partial outputs, weighted by their softmax mass (log-sum-exp).
-Every head of the group is merged in one pass: merged head after head, each head's loads waited on the store
-before them, and a Llama-2-70B merge (8 heads a KV head) cost about 10 us, 16.0-16.2 us for attention at every
-length that used two splits against 5.7 in one; now 8.8-10.3 (one H200, scripts/experiments/attention_merge/).
+Every head of the group is merged in one pass, because head after head each head's loads wait on the store
+before them: so merged, a Llama-2-70B merge (8 heads a KV head) cost about 10 us, attention taking 16.0-16.2 us
+at every length that used two splits against 5.7 in one; in one pass 8.8-10.3 (one H200,
+scripts/experiments/attention_merge/).
 """
 
 from __future__ import annotations
