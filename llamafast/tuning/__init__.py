@@ -23,10 +23,10 @@ from llamafast.config import FP8Format, ModelConfig, WeightFormat
 from llamafast.kernels.gemv import gemv_key
 from llamafast.model import Transformer
 from llamafast.settings import settings
-from llamafast.tuning import cache
+from llamafast.tuning import cache, ways
 from llamafast.tuning.cache import Entries, Entry
 from llamafast.tuning.step import step_job_key, sweep_step
-from llamafast.tuning.sweep import Timer, graph_timer, sweep, sweep_splits, table_name
+from llamafast.tuning.sweep import Sweep, Timer, graph_timer, sweep, sweep_splits, table_name
 
 ATTENTION_CONTEXT = 4096  # positions attention is tuned at (fewer if the model's context is shorter)
 # Input sets per timing: they flush L2 (256 MiB of them) for weights of 4 MiB and up, and keep a tiny model's
@@ -139,6 +139,7 @@ def tune(plan: Plan) -> Tuned:
     fastest launch, merges the winners into the model's tables and saves them."""
     t0 = time.perf_counter()
     won: Entries = {}
+    offers: dict[tuple, Sweep] = {}  # the GEMVs whose way the step chooses (tuning/ways.py)
     on_gpu = torch.cuda.device(plan.device) if plan.device.type == "cuda" else contextlib.nullcontext()
     with on_gpu, _unwatched():
         for job in plan.missing:
@@ -158,8 +159,14 @@ def tune(plan: Plan) -> Tuned:
                 cut = sweep_splits(plan.config, plan.dtype, plan.device, launch, context, plan.timer, MOST_SETS)
                 launch = launch if cut is None or cut.best is None else cut.best
             won[(job.table, job.key)] = Entry(launch, s.times[s.best])
-    if not plan.ignore_committed:
-        cache.merge(plan.tables, won)
+            if ways.offered(s):
+                offers[(job.table, job.key)] = s
+        if not plan.ignore_committed:
+            cache.merge(plan.tables, won)
+            if offers and plan.model.backend.layers is None:  # the per-op step: a persistent one runs none of them
+                chosen = ways.choose(plan.model, plan.tables, {k: ways.offered(s) for k, s in offers.items()},
+                                     plan.timer)
+                won.update({k: Entry(launch, offers[k].times[launch]) for k, launch in chosen.items()})
     header = {"device": plan.gpu, "triton": environment(plan.device)["triton"], "kernels": cache.kernel_hash()}
     warning = cache.save(plan.path, won, header)
     return Tuned(won, time.perf_counter() - t0, plan.path, warning)

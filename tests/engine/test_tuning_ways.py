@@ -1,0 +1,98 @@
+"""A block GEMV's way of taking its activations chosen by the decode step (llamafast/tuning/ways.py): each way's
+fastest launch is timed in the step, the step's pick replaces the kernel's only by more than the margin, it is
+cached, and the step timed is the model's. Fake timers on the CPU, the kernels in Triton's interpreter."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from llamafast import tuning
+from llamafast.backends import build
+from llamafast.config import Backend, WeightFormat
+from llamafast.kernels.gemv import GemvConfig
+from llamafast.load.blocks import block_state
+from llamafast.load.weights import random_state
+from llamafast.tuning import ways
+from llamafast.tuning.sweep import Sweep
+
+from ..kernels.common import DEVICE, ODD
+from .test_tuning import cost
+
+CONFIG = dataclasses.replace(ODD, hidden_dim=224)  # rows of whole 32-weight blocks; K 96 takes float activations
+WO = ("linear_residual", (CONFIG.dim, CONFIG.dim, "q4_1"))
+QKV = ("rmsnorm_qkv_rope", (CONFIG.qkv_dim, CONFIG.dim, "q4_1"))
+
+
+@pytest.fixture(autouse=True)
+def _tune_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLAMAFAST_TUNE_DIR", str(tmp_path / "tune"))
+    monkeypatch.delenv("LLAMAFAST_TUNE", raising=False)
+    monkeypatch.setattr(tuning, "MIN_BYTES", 0)
+
+
+@pytest.fixture(scope="module")
+def state():
+    return block_state(random_state(CONFIG, DEVICE, torch.float32), WeightFormat.q4_1)
+
+
+def model(state):
+    return build(CONFIG, state, Backend.triton, WeightFormat.q4_1, WeightFormat.q8_0)
+
+
+class StepTimer:
+    """cost() for a kernel alone; in the step, `gain` us of 10 less where wo takes float activations (the step is
+    offered one float launch of each GEMV: its way's fastest)."""
+
+    def __init__(self, gain: float):
+        self.gain, self.steps = gain, []
+
+    def __call__(self, call, sets) -> float:
+        ((key, launch),) = call.keywords["configs"].items()
+        if call.func is not ways._step:
+            return cost(launch)
+        self.steps.append(((call.args[1], key), launch))
+        return 10.0 - self.gain * (launch.float_blocks and (call.args[1], key) == WO)
+
+
+def test_offered_is_each_ways_fastest_winner_first():
+    a, b = GemvConfig(2, 1024, 1), GemvConfig(4, 512, 2)
+    times = {a: 3.0, dataclasses.replace(a, own_int8=True): 1.0, dataclasses.replace(b, own_int8=True): 2.0,
+             dataclasses.replace(a, float_blocks=True): 5.0, dataclasses.replace(b, float_blocks=True): 4.0, b: 6.0}
+    s = Sweep("linear_residual[wo]", WO[1], 0, times, {})
+    assert ways.offered(s) == [dataclasses.replace(a, own_int8=True), a, dataclasses.replace(b, float_blocks=True)]
+    no_float = Sweep("linear_residual[wo]", WO[1], 0, {k: v for k, v in times.items() if not k.float_blocks}, {})
+    assert ways.offered(no_float) == []
+
+
+@pytest.mark.parametrize("gain,moves", [(1.0, True), (0.04, False)])
+def test_the_step_picks_the_way_by_more_than_the_margin(state, gain, moves):
+    """Alone, every GEMV rounds its own int8 activations fastest (cost()); in the step wo's float launch is 10%
+    faster (moves: it replaces the winner, and the next run reads it from the cache) or 0.4%, under MARGIN (the
+    winner stays). Each GEMV that can take float activations is timed in the step, each way once."""
+    tuned, timer = model(state), StepTimer(gain)
+    done = tuning.tune(tuning.prepare(tuned, timer))
+    kept = done.launches[WO].launch
+    assert kept.float_blocks == moves and kept.own_int8 == (not moves)
+    assert done.launches[QKV].launch.own_int8 and tuned.backend.launches[WO[0]][WO[1]] == kept
+    assert {job for job, _ in timer.steps} >= {WO, QKV}
+    assert sorted(ways.way(launch) for job, launch in timer.steps if job == WO) == [
+        "float", "int8 pass", "own int8"]
+    again = model(state)
+    assert tuning.prepare(again, timer).missing == [] and again.backend.launches[WO[0]][WO[1]] == kept
+
+
+def test_the_step_timed_is_the_models(state):
+    """ways._step runs the model's decode step with the launch under trial in its table: its logits are a token's,
+    on float activations equal to the same model's on its other way within the tolerance of int8 rounding."""
+    m = model(state)
+    m.setup_cache(ways.CONTEXT)
+    tokens, pos = torch.tensor([7], device=DEVICE), torch.tensor(3, device=DEVICE)
+    rows = []
+    for launch in (GemvConfig(2, 128, 1, own_int8=True), GemvConfig(2, 128, 1, float_blocks=True)):
+        rows.append(ways._step(m, WO[0], tokens, pos, configs={WO[1]: launch}))
+        assert m.backend.launches[WO[0]][WO[1]] == launch
+    assert rows[0].shape == (1, CONFIG.vocab_size) and bool(torch.isfinite(rows[1]).all())
+    torch.testing.assert_close(rows[0], rows[1], atol=0.1, rtol=0.1)
