@@ -136,7 +136,9 @@ def prepare(model: Transformer, timer: Timer | None = None, folder: Path | None 
 
 def tune(plan: Plan) -> Tuned:
     """Sweeps each missing key's quick list (inputs from the kernel registry at the model's shape), keeps the
-    fastest launch, merges the winners into the model's tables and saves them."""
+    fastest launch (a block GEMV that can take float activations: its way as the model's step times it,
+    tuning/ways.py; not with ignore_committed, whose tables the winners never join), merges the winners into the
+    model's tables and saves them."""
     t0 = time.perf_counter()
     won: Entries = {}
     offers: dict[tuple, Sweep] = {}  # the GEMVs whose way the step chooses (tuning/ways.py)

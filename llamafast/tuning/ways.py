@@ -18,11 +18,11 @@ import torch
 from llamafast.kernels.gemv import GemvConfig
 from llamafast.tuning.sweep import Sweep, Timer
 
-# Steps in use at 0.1-0.2% of each other between runs of one way in one process (small_floats/h200_runs_of_8/
-# ab_*.txt: 0.4055-0.4068, 0.4002-0.4009 ms); a way must gain more than twice that to replace the winner.
+# Three timings of one way's step in one process spread 0.2-0.3% (small_floats/h200_runs_of_8/ab_*.txt:
+# 0.4055-0.4068 and 0.4002-0.4009 ms); a way must gain more than that to replace the winner.
 MARGIN = 0.005
 CONTEXT = 64  # positions of the scratch cache the step is timed in (tuning times a token's weights, not its cache)
-STEPS = 8  # steps captured in one graph; each reads every weight, so the step after finds few in L2
+STEPS = 8  # steps captured in one graph, as the persistent step's candidates are timed (tuning/step.py)
 
 
 def way(launch: GemvConfig) -> str:

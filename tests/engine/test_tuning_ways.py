@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from llamafast import tuning
-from llamafast.backends import build
+from llamafast.backends import build, with_backend
 from llamafast.config import Backend, WeightFormat
 from llamafast.kernels.gemv import GemvConfig
 from llamafast.load.blocks import block_state
@@ -18,7 +18,7 @@ from llamafast.load.weights import random_state
 from llamafast.tuning import ways
 from llamafast.tuning.sweep import Sweep
 
-from ..kernels.common import DEVICE, ODD
+from ..kernels.common import DEVICE, ODD, tolerance
 from .test_tuning import cost
 
 CONFIG = dataclasses.replace(ODD, hidden_dim=224)  # rows of whole 32-weight blocks; K 96 takes float activations
@@ -85,14 +85,21 @@ def test_the_step_picks_the_way_by_more_than_the_margin(state, gain, moves):
 
 
 def test_the_step_timed_is_the_models(state):
-    """ways._step runs the model's decode step with the launch under trial in its table: its logits are a token's,
-    on float activations equal to the same model's on its other way within the tolerance of int8 rounding."""
+    """ways._step runs the model's decode step with the launch under trial in its table: with every GEMV on float
+    activations its logits are the reference's, and with wo rounding its own int8 activations they are not."""
     m = model(state)
-    m.setup_cache(ways.CONTEXT)
+    for job in tuning.model_jobs(m):
+        if job.table != "decode_attention":
+            m.backend.launches[job.table][job.key] = GemvConfig(2, 128, 1, float_blocks=True)
+    ref = with_backend(m, Backend.reference)  # float activations: the float launches' arithmetic
     tokens, pos = torch.tensor([7], device=DEVICE), torch.tensor(3, device=DEVICE)
-    rows = []
-    for launch in (GemvConfig(2, 128, 1, own_int8=True), GemvConfig(2, 128, 1, float_blocks=True)):
-        rows.append(ways._step(m, WO[0], tokens, pos, configs={WO[1]: launch}))
-        assert m.backend.launches[WO[0]][WO[1]] == launch
-    assert rows[0].shape == (1, CONFIG.vocab_size) and bool(torch.isfinite(rows[1]).all())
-    torch.testing.assert_close(rows[0], rows[1], atol=0.1, rtol=0.1)
+    for x in (m, ref):
+        x.setup_cache(ways.CONTEXT)
+    with torch.no_grad():
+        expected = ref(tokens, pos)
+    floats = ways._step(m, WO[0], tokens, pos, configs={WO[1]: GemvConfig(2, 128, 1, float_blocks=True)})
+    torch.testing.assert_close(floats, expected, **tolerance(torch.float32))
+    own = GemvConfig(2, 128, 1, own_int8=True)
+    rounded = ways._step(m, WO[0], tokens, pos, configs={WO[1]: own})
+    assert m.backend.launches[WO[0]][WO[1]] == own
+    assert not torch.allclose(rounded, expected, **tolerance(torch.float32))
