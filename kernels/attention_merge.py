@@ -52,11 +52,11 @@ def merge_heads(part_ptr, lse_ptr, out_ptr, kvh, n_splits, used, GROUP: tl.const
     heads = kvh * GROUP + g
     live = g < GROUP
     rows = heads[:, None] * n_splits + sp[None, :]
-    lse = tl.load(lse_ptr + rows, mask=live[:, None] & (sp < used)[None, :], other=float("-inf"))
+    used_rows = live[:, None] & (sp < used)[None, :]
+    lse = tl.load(lse_ptr + rows, mask=used_rows, other=float("-inf"))
     top = tl.where(live, tl.max(lse, axis=1), 0.0)  # split 0 always holds position 0: finite for a live head
     if MERGE_CHUNK == BLOCK_SPLITS:  # one load holds every split
-        acc, mass = _weighted(part_ptr, rows, live[:, None] & (sp < used)[None, :], tl.exp(lse - top[:, None]),
-                              HEAD_DIM, BLOCK_D)
+        acc, mass = _weighted(part_ptr, rows, used_rows, tl.exp(lse - top[:, None]), HEAD_DIM, BLOCK_D)
     else:
         c = tl.arange(0, MERGE_CHUNK)
         mass = tl.zeros((MERGE_G,), dtype=tl.float32)

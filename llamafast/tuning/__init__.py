@@ -141,7 +141,7 @@ def tune(plan: Plan) -> Tuned:
     model's tables and saves them."""
     t0 = time.perf_counter()
     won: Entries = {}
-    offers: dict[tuple, Sweep] = {}  # the GEMVs whose way the step chooses (tuning/ways.py)
+    sweeps: dict[tuple, Sweep] = {}  # by (table, key), for the step's choice of way (tuning/ways.py)
     on_gpu = torch.cuda.device(plan.device) if plan.device.type == "cuda" else contextlib.nullcontext()
     with on_gpu, _unwatched():
         for job in plan.missing:
@@ -161,14 +161,13 @@ def tune(plan: Plan) -> Tuned:
                 cut = sweep_splits(plan.config, plan.dtype, plan.device, launch, context, plan.timer, MOST_SETS)
                 launch = launch if cut is None or cut.best is None else cut.best
             won[(job.table, job.key)] = Entry(launch, s.times[s.best])
-            if ways.offered(s):
-                offers[(job.table, job.key)] = s
+            sweeps[(job.table, job.key)] = s
         if not plan.ignore_committed:
             cache.merge(plan.tables, won)
+            offers = {k: launches for k, s in sweeps.items() if (launches := ways.offered(s))}
             if offers and plan.model.backend.layers is None:  # the per-op step: a persistent one runs none of them
-                chosen = ways.choose(plan.model, plan.tables, {k: ways.offered(s) for k, s in offers.items()},
-                                     plan.timer)
-                won.update({k: Entry(launch, offers[k].times[launch]) for k, launch in chosen.items()})
+                chosen = ways.choose(plan.model, plan.tables, offers, plan.timer)
+                won.update({k: Entry(launch, sweeps[k].times[launch]) for k, launch in chosen.items()})
     header = {"device": plan.gpu, "triton": environment(plan.device)["triton"], "kernels": cache.kernel_hash()}
     warning = cache.save(plan.path, won, header)
     return Tuned(won, time.perf_counter() - t0, plan.path, warning)

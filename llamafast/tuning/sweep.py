@@ -154,9 +154,9 @@ def sweep_splits(config: ModelConfig, dtype: torch.dtype, device: torch.device, 
     held = spec.bytes_moved(config, dtype, context)  # what one set's caches hold
     times: dict[Launch, float] = dict.fromkeys(split_candidates(launch), 0.0)
     failed: dict[Launch, str] = {}
+    most = max(1, SPLIT_SET_BYTES // held) if most_sets is None else min(most_sets, max(1, SPLIT_SET_BYTES // held))
     for n in lengths:
         make = functools.partial(spec.make_inputs, config, dtype, device, context, length=n)
-        most = max(1, SPLIT_SET_BYTES // held) if most_sets is None else min(most_sets, max(1, SPLIT_SET_BYTES // held))
         sets = input_sets(make, spec.bytes_moved(config, dtype, n), most) if device.type == "cuda" else [make()]
         key = _key_and_default("decode_attention", sets[0][0])[0]
         for cut in [c for c in times if c not in failed]:
