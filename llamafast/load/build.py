@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from llamafast.backends import build
-from llamafast.config import Backend, DType, ModelConfig, WeightFormat, model_config
+from llamafast.config import Backend, DType, ModelConfig, Weight, WeightFormat, model_config
 from llamafast.errors import LlamafastError
 from llamafast.formats import Checkpoint, open_checkpoint
 from llamafast.formats.common import Progress
@@ -23,8 +23,8 @@ from llamafast.tokenizers import Tokenizer, open_tokenizer
 from llamafast.load.blocks import Mix, block_state, copy_formats, random_block_states, wv_name
 from llamafast.load.shard import Shard, check_shardable, load_shard, random_shard
 from llamafast.load.weights import (
-    block_formats, checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state, sparse_layout,
-    weights_label,
+    block_formats, check_memory, checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state,
+    sparse_layout, weights_label,
 )
 
 _DTYPES = {DType.float32: torch.float32, DType.bfloat16: torch.bfloat16, DType.float16: torch.float16}
@@ -196,6 +196,21 @@ def block_copy(lm: LoadedModel, fmt: WeightFormat | Mix) -> LoadedModel:
     model = _built_copy(config, state, lm.backend, fmt)
     _sync(lm.model.tok_embeddings.weight.device)
     return LoadedModel(model, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, fmt.value)
+
+
+def float_copy(lm: LoadedModel) -> LoadedModel:
+    """The same model with every block weight dequantized to the activation dtype, on its device (lm is kept:
+    bench runs both): the float model a GGUF file's blocks stand for. Refused in one line, before any is made,
+    where the float weights cannot fit beside the blocks."""
+    t0, model = time.perf_counter(), lm.model
+    dtype, device = model.tok_embeddings.weight.dtype, model.tok_embeddings.weight.device
+    modules = [model.get_submodule(n.removesuffix(".weight")) for n, f in model.tensor_formats.items() if f.is_block]
+    shapes = [Weight(m.weight, m.scale, m.fmt).shape for m in modules]
+    check_memory(sum(n * k for n, k in shapes) * dtype.itemsize, device)
+    twin = build(model.config, dict(float_items(model)), lm.backend, WeightFormat.float, layout=model.layout)
+    _sync(device)
+    return LoadedModel(twin, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0,
+                       weights_label(WeightFormat.float, dtype))
 
 
 def random_block_models(shape: str, device: torch.device, dtype: DType, backend: Backend | None,

@@ -158,9 +158,47 @@ def test_bench_leaves_persistent_out_of_its_default_for_a_file_whose_layers_mix_
     real = decode.target
     monkeypatch.setattr(decode, "target", lambda *a: dataclasses.replace(real(*a), device=torch.device("cuda")))
     options = [str(path), None, False, None, "cpu", None, None, None, 4, 8, None]  # ..., prompt_len, new_tokens, context
-    backends = decode._decode_options(*options, None, None, None, None, None)[2]
+    backends = decode._decode_options(*options, None, None, None, False, None, None)[2]
     assert backends == [b for b in Backend if not mixed or b != Backend.persistent]
     if mixed:
         mix = "layers mix float and q4_0" if other == "F32" else "layers' w2 mix q4_0 and q8_0, which are stored differently"
         with pytest.raises(LlamafastError, match=f"{mix}; run it with --backend triton"):
-            decode._decode_options(*options, [Backend.persistent], None, None, None, None)
+            decode._decode_options(*options, [Backend.persistent], None, None, False, None, None)
+
+
+def test_a_files_blocks_dequantized_are_gguf_s_dequantize_and_run_as_the_blocks_do(tmp_path, monkeypatch):
+    """--dequantized: the twin's weights are gguf-py's dequantize of the file's blocks, its logits the native
+    model's on the reference backend (fp32), and bench times it beside them; no room for it is one line."""
+    from gguf import GGUFReader, quants
+
+    from llamafast.config import Backend, DType
+    from llamafast.load import float_copy, load_model
+
+    from .bad_input_files import gguf
+
+    path = gguf(tmp_path, "Q4_1")
+    lm = load_model(path, device=torch.device("cpu"), dtype=DType.float32, backend=Backend.reference)
+    twin = float_copy(lm)
+    down = next(t for t in GGUFReader(path).tensors if t.name == "blk.1.ffn_down.weight")
+    expected = torch.from_numpy(quants.dequantize(down.data, down.tensor_type).copy())
+    assert torch.equal(twin.model.state_dict()["layers.1.feed_forward.w2.weight"], expected)
+    assert twin.weights == "float32" and not any(f.is_block for f in twin.model.tensor_formats.values())
+    tokens, logits = torch.tensor([1, 5, 9, 2]), []
+    for model in (lm.model, twin.model):
+        model.setup_cache(len(tokens))
+        with torch.no_grad():
+            logits.append(model(tokens, torch.tensor(0), all_logits=True))
+    torch.testing.assert_close(logits[1], logits[0], rtol=1e-5, atol=1e-5)
+
+    args = ["bench", "--model", str(path), "--device", "cpu", "--backend", "reference", "--new-tokens", "3",
+            "--prompt-len", "2", "--json"]
+    r = runner.invoke(app, [*args, "--dequantized"])
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads(r.stdout)["results"]
+    assert [row["weights"] for row in rows] == ["q4_1", "float32"]
+    assert rows[0]["bytes_per_token"] < rows[1]["bytes_per_token"]
+    r = runner.invoke(app, [*args, "--dequantized", "--weights", "q8_0"])
+    assert r.exit_code == 1 and r.stderr.startswith("error: --dequantized times a file's blocks as floats")
+    monkeypatch.setattr(importlib.import_module("llamafast.load.weights"), "free_memory", lambda device: 1000)
+    r = runner.invoke(app, [*args, "--dequantized"])
+    assert r.exit_code == 1 and "out of memory" in r.stderr and len(r.stderr.strip().splitlines()) == 1

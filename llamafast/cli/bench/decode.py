@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from llamafast.cli.bench.shared import (
-    BlockCopiesOpt, FP8BesideOpt, JsonOpt, NewTokensOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt,
-    beside_tp1, block_copies, check_backends, mixed_blocks, preloaded, readied, readied_as, target, times,
+    BlockCopiesOpt, DequantizedOpt, FP8BesideOpt, JsonOpt, NewTokensOpt, OutOpt, PromptLenOpt, RandomWeightsOpt,
+    ShapeOpt, beside_tp1, block_copies, check_backends, mixed_blocks, preloaded, readied, readied_as, target, times,
     token_counts, tuned_steps,
 )
 from llamafast.cli.common import (
@@ -43,6 +43,7 @@ def decode(
     fp8: FP8BesideOpt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
     weights: BlockCopiesOpt = None,
+    dequantized: DequantizedOpt = False,
     tp: TPOpt = None,
     tp_comm: Annotated[Optional[list[TPComm]], typer.Option(help=TP_COMM_HELP + "; repeatable [default: both, side by side].")] = None,
     temperature: Annotated[Optional[float], typer.Option(help="Time decoding that samples at this temperature, with --top-k, --top-p and --repetition-penalty as generate takes them [default: 0, greedy].")] = None,
@@ -53,15 +54,16 @@ def decode(
     out: OutOpt = None,
 ):
     """Load time, time to first token, decode tokens/s and achieved memory bandwidth per backend, on the same
-    weights (with --fp8 also on their FP8 copy, with --weights on their block-format copies). Under torchrun: each
-    rank's shard with each --tp-comm, then the whole model on rank 0's GPU (TP=1), where it fits."""
+    weights (with --fp8 also on their FP8 copy, with --weights on their block-format copies, with --dequantized a
+    file's blocks also as floats). Under torchrun: each rank's shard with each --tp-comm, then the whole model on
+    rank 0's GPU (TP=1), where it fits."""
     from llamafast.bench.decode import add_tp1
 
     fmt = fp8_format if fp8 else None
     with clean_errors(), tensor_parallel(tp, device) as ranks:
         t, counts, backends, blocks = on_every_rank(ranks, lambda: _decode_options(
             model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens, context,
-            backend, fmt, weights, tp_comm, ranks))
+            backend, fmt, weights, dequantized, tp_comm, ranks))
         sampling = _sampling(temperature, top_k, top_p, repetition_penalty)
         # comms live to the end: the other ranks mapped a symm comm's buffers; the shards are freed on return
         report, startup, comms = _timed(t, backends, fmt, blocks, tp_comm, ranks, counts, sampling)
@@ -130,7 +132,7 @@ def sparse(
 
 
 def _decode_options(model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_len, new_tokens,
-                    context, backend, fp8, weights, tp_comm, ranks):
+                    context, backend, fp8, weights, dequantized, tp_comm, ranks):
     """The weights, token counts (prompt, new, KV cache positions), backends and block copies, checked (on every
     rank alike) before any weights load."""
     if tp_comm and not ranks:
@@ -142,7 +144,7 @@ def _decode_options(model, tokenizer, random_weights, shape, device, dtype, conf
         raise LlamafastError(f"--context {cache} holds fewer positions than the prompt ({n_prompt} tokens) plus "
                              f"--new-tokens {n_new}")
     backends = backend or ([t.run.backend] if t.run.backend else None)
-    blocks = block_copies(weights, t, fp8, ranks)
+    blocks = block_copies(weights, t, fp8, ranks, dequantized)
     mixed = mixed_blocks(t, fp8, ranks, backends or [])
     if backends is None:
         cuda = t.device.type == "cuda"

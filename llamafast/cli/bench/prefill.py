@@ -9,8 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from llamafast.cli.bench.shared import (
-    BlockCopiesOpt, JsonOpt, OutOpt, RandomWeightsOpt, ShapeOpt, beside_tp1, block_copies, check_backends, preloaded,
-    prompt_lengths, readied, readied_as, target, times,
+    BlockCopiesOpt, DequantizedOpt, JsonOpt, OutOpt, RandomWeightsOpt, ShapeOpt, beside_tp1, block_copies,
+    check_backends, preloaded, prompt_lengths, readied, readied_as, target, times,
 )
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, note, stdout_console,
@@ -39,6 +39,7 @@ def prefill(
     chunk: Annotated[Optional[int], typer.Option(help="Prompt tokens per forward pass [default: 2048; 4096 under tensor parallelism].")] = None,
     backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to compare (repeatable) [default: triton and reference on CUDA, triton alone with --weights; reference on the CPU].")] = None,
     weights: BlockCopiesOpt = None,
+    dequantized: DequantizedOpt = False,
     tp: TPOpt = None,
     tp_comm: Annotated[Optional[list[TPComm]], typer.Option(help=TP_COMM_HELP + "; repeatable [default: both, side by side].")] = None,
     json_out: JsonOpt = False,
@@ -52,7 +53,7 @@ def prefill(
     with clean_errors(), tensor_parallel(tp, device) as ranks:
         t, lengths, backends, blocks = on_every_rank(ranks, lambda: _options(
             model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_lens, reps, chunk, backend,
-            weights, tp_comm, ranks))
+            weights, dequantized, tp_comm, ranks))
         # comms live to the end: the other ranks mapped a symm comm's buffers; the shard is freed on return
         report, startup, comms = _timed(t, backends, blocks, tp_comm, ranks, lengths, reps, chunk)
         beside_tp1(ranks, t, readied_as(backends), None,
@@ -89,7 +90,7 @@ def _joined(reports: list[PrefillReport]) -> PrefillReport:
 
 
 def _options(model, tokenizer, random_weights, shape, device, dtype, config, out, prompt_lens, reps, chunk, backend,
-             weights, tp_comm, ranks):
+             weights, dequantized, tp_comm, ranks):
     """The weights, prompt lengths, backends and block copies, checked (on every rank alike) before any weights
     load."""
     if reps < 1 or (chunk is not None and chunk < 1):
@@ -99,7 +100,7 @@ def _options(model, tokenizer, random_weights, shape, device, dtype, config, out
     t = target(model, tokenizer, random_weights, shape, device, dtype, config, out, ranks)
     lengths = prompt_lengths(prompt_lens, DEFAULT_LENGTHS, t.config.max_seq_len)
     backends = backend or ([t.run.backend] if t.run.backend else None)
-    blocks = block_copies(weights, t, None, ranks)
+    blocks = block_copies(weights, t, None, ranks, dequantized)
     if backends is None:
         cuda = [Backend.triton] if blocks else [Backend.triton, Backend.reference]
         backends = cuda if t.device.type == "cuda" else [Backend.reference]

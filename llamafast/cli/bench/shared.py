@@ -34,6 +34,7 @@ PromptLenOpt = Annotated[Optional[int], typer.Option(help="Prompt tokens [defaul
 NewTokensOpt = Annotated[Optional[int], typer.Option(help="Tokens to decode [default: 256].")]
 FP8BesideOpt = Annotated[bool, typer.Option("--fp8", help="Also run FP8 weights quantized from the same float weights, beside them.")]
 BlockCopiesOpt = Annotated[Optional[list[str]], typer.Option("--weights", help="Also run block-format copies quantized on the device from the same float weights: q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, or q4_k_m, llama.cpp's mix of Q4_K and Q6_K (comma-separated or repeatable); Q4_0 and Q4_1 layers get a Q8_0 LM head, Q4_K and Q5_K a Q6_K one.")]
+DequantizedOpt = Annotated[bool, typer.Option("--dequantized", help="Also run the checkpoint's block weights (a GGUF file's, or quantize's output) dequantized to the activation dtype, beside them: the float model they stand for.")]
 # The report.
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
 OutOpt = Annotated[Optional[Path], typer.Option(help="Also write the JSON report to this file (atomically).")]
@@ -127,7 +128,7 @@ def readied(t: Target, backend: Backend, ranks=None, fp8: FP8Format | None = Non
     under tensor parallelism), and with fp8 its FP8 copy beside it, with blocks a copy in each block format, each
     tuned by runtime.ready_built; where they cannot fit together, the copies alone. The tuning is said on stderr as
     generate says it. Yields the models and the first one's Startup."""
-    from llamafast.load import block_copy, quantized, random_block_models
+    from llamafast.load import block_copy, float_copy, quantized, random_block_models
     from llamafast.runtime import ready, ready_built
 
     if blocks and _blocks_alone(t, blocks):
@@ -150,16 +151,20 @@ def readied(t: Target, backend: Backend, ranks=None, fp8: FP8Format | None = Non
             models.append(quantized(lm, fp8))
             say_tuned(ready_built(models[-1], say_tuning).tuning)
         for fmt in blocks:
-            models.append(block_copy(lm, fmt))
+            models.append(float_copy(lm) if fmt == WeightFormat.float else block_copy(lm, fmt))
             say_tuned(ready_built(models[-1], say_tuning).tuning)
         yield models, startup
 
 
-def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks) -> list:
-    """--weights: the block formats to time beside t's float weights, checked before any weights load."""
+def block_copies(text: list[str] | None, t: Target, fp8: FP8Format | None, ranks, dequantized: bool = False) -> list:
+    """--weights: the block formats to time beside t's float weights, checked before any weights load; with
+    --dequantized, [WeightFormat.float]: the checkpoint's blocks dequantized, beside them."""
     from llamafast.config import BLOCK_FORMATS
     from llamafast.load.blocks import MIXES, check_blockable
 
+    if dequantized:
+        _check_dequantizable(t, fp8, ranks, text)
+        return [WeightFormat.float]
     names = [part.strip() for item in text or [] for part in item.split(",") if part.strip()]
     bad = [n for n in names if n not in BLOCK_FORMATS and n not in MIXES]
     if bad or (text and not names):
@@ -203,6 +208,25 @@ def mixed_blocks(t: Target, fp8: FP8Format | None, ranks, backends: list[Backend
     return refusal is not None
 
 
+def _check_dequantizable(t: Target, fp8: FP8Format | None, ranks, weights) -> None:
+    """--dequantized: a checkpoint that holds block weights, read as blocks."""
+    from llamafast.load.weights import block_formats, checkpoint_formats
+
+    if weights:
+        raise LlamafastError("--dequantized times a file's blocks as floats, --weights float weights as blocks: "
+                             "give one")
+    if fp8 is not None or ranks:
+        raise LlamafastError(f"{'--fp8' if fp8 is not None else 'tensor parallel'} reads the file's blocks "
+                             "dequantized already; drop --dequantized")
+    if isinstance(t.source, str):
+        raise LlamafastError("--dequantized needs a checkpoint of block weights (a GGUF file); random weights are "
+                             "float: time blocks of them with --weights")
+    ckpt = t.source.checkpoint
+    if not block_formats(ckpt):
+        raise LlamafastError(f"--dequantized: {ckpt.path} holds {checkpoint_formats(ckpt)[0].value} weights, no "
+                             "blocks to dequantize")
+
+
 def _check_float(ckpt) -> None:
     from llamafast.load.weights import block_formats, checkpoint_formats
 
@@ -215,9 +239,12 @@ def _check_float(ckpt) -> None:
 def _blocks_alone(t: Target, blocks: list) -> bool:
     """Whether the block copies are timed without the float model (said in one line): random weights whose float
     model and copies cannot fit together. Decided before any is built; OutOfMemory where the copies alone cannot
-    fit either (or a checkpoint's float weights and copies cannot)."""
+    fit either (or a checkpoint's float weights and copies cannot). A float copy of blocks checks its own room
+    (load.float_copy)."""
     from llamafast.load.blocks import fit
 
+    if blocks == [WeightFormat.float]:
+        return False
     why = fit(t.config, _weights(t)[0], list(blocks), t.device, alone_possible=isinstance(t.source, str))
     if why:
         note(f"{why}; timing the block copies alone")

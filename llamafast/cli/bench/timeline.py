@@ -9,8 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from llamafast.cli.bench.shared import (
-    BlockCopiesOpt, FP8BesideOpt, JsonOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt, block_copies, readied,
-    target,
+    BlockCopiesOpt, DequantizedOpt, FP8BesideOpt, JsonOpt, OutOpt, PromptLenOpt, RandomWeightsOpt, ShapeOpt,
+    block_copies, readied, target,
 )
 from llamafast.cli.common import (
     ConfigOpt, DeviceOpt, DTypeOpt, FP8FormatOpt, ModelOpt, TokenizerOpt, clean_errors, emit_json, pick,
@@ -39,6 +39,7 @@ def timeline(
     fp8: FP8BesideOpt = False,
     fp8_format: FP8FormatOpt = FP8Format.e5m2,
     weights: BlockCopiesOpt = None,
+    dequantized: DequantizedOpt = False,
     leave_out: Annotated[bool, typer.Option(
         "--leave-out", help="Also time the step with each op of every layer left out, in turn: what the step loses "
                             "without it splits a layer where the kernels overlap (triton backend).")] = False,
@@ -53,7 +54,7 @@ def timeline(
         t = target(model, tokenizer, random_weights, shape, device, dtype, config, out)
         n_prompt = pick(prompt_len, t.run.prompt_len)
         _check(t, n_prompt, reps, backend, leave_out)
-        blocks = block_copies(weights, t, fmt, None)
+        blocks = block_copies(weights, t, fmt, None, dequantized)
         with readied(t, backend, None, fmt, blocks) as (models, _):
             _report(models, fmt, n_prompt, reps, json_out, out, backend, leave_out)
 
