@@ -36,7 +36,6 @@ class Case:
 
 M = lambda folder: ["hi", "--model", str(folder)]  # noqa: E731  a generate call on a checkpoint
 BENCH = ["--random-weights", "--shape", "stories260K", "--device", "cpu"]
-G = lambda t, kind: ["--model", str(gguf(t, kind)), "--device", "cpu", "--new-tokens", "8"]  # noqa: E731  bench a GGUF
 GENERATE = "generate"
 SERVE = "serve"
 S = ["--device", "cpu", "--port", "0"]  # serve's cases: each is refused before it listens, or fails to load
@@ -313,16 +312,17 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
              "--weights: expected q8_0, q4_0, q4_1, q4_k, q5_k, q6_k"),
         Case("bench decode", "--weights q4_k of a shape whose rows are not whole 256-weight super-blocks",
              lambda t: [*BENCH, "--weights", "q4_k"], "needs rows of whole 256-weight blocks"),
-        Case("bench decode", "--weights with --fp8", lambda t: [*BENCH, "--weights", "q8_0", "--fp8"], "one bench for each"),
+        Case("bench decode", "--weights with --fp8", lambda t: [*BENCH, "--weights", "q8_0", "--fp8"],
+             "run one bench for each"),
         Case("bench decode", "--weights on a file that holds block weights",
-             lambda t: [*G(t, "Q4_0"), "--weights", "q8_0"], "bench it without --weights"),
-        Case("bench decode", "--dequantized on random weights", lambda t: [*BENCH, "--dequantized"], "are float"),
-        Case("bench decode", "--dequantized on a float file", lambda t: [*G(t, "F32"), "--dequantized"], "no blocks to"),
-        Case("bench decode", "--dequantized with --fp8", lambda t: [*G(t, "Q4_0"), "--dequantized", "--fp8"],
-             "drop --dequantized"),
+             lambda t: ["--model", str(gguf(t, "Q4_0")), "--device", "cpu", "--new-tokens", "8",
+                        "--weights", "q8_0"],
+             "bench it without --weights"),
         Case("bench kernels", "on the CPU", lambda t: ["--device", "cpu"], "CUDA GPU"),
-        Case("bench kernels", "--context with --prefill", lambda t: ["--prefill", "--context", "512"], "--context applies"),
-        Case("bench kernels", "--prompt-lens without --prefill", lambda t: ["--prompt-lens", "512"], "only with --prefill"),
+        Case("bench kernels", "--context with --prefill", lambda t: ["--prefill", "--context", "512"],
+             "--context applies to the decode kernels"),
+        Case("bench kernels", "--prompt-lens without --prefill", lambda t: ["--prompt-lens", "512"],
+             "only with --prefill"),
         Case("bench timeline", "on the CPU", lambda t: BENCH, "CUDA GPU"),
         Case("bench timeline", "a backend it does not time (--backend compile)",
              lambda t: [*BENCH, "--backend", "compile"], "--backend triton|persistent"),
