@@ -139,6 +139,7 @@ class Transformer(nn.Module):
         self.layout = layout  # a sparsified model's FFN layout, else None
         self.sparse: SparseRun | None = None  # set_sparsity: how decode steps run the FFN (None: dense)
         self.sparse_prefill = False  # whether prompts run the sparse FFN too (the quality lab's teacher forcing)
+        self.tied = False  # the head holds the embedding table's values (load_model), in its own tensor or not
         # Given its weight, nn.Embedding skips reset_parameters: its normal_ on the meta device went through
         # torch's function-mode dispatch, which imported torch._dynamo and friends: 1.8 s of a CPU start-up.
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim, _weight=torch.empty(config.vocab_size,

@@ -100,12 +100,12 @@ def bench_backend(lm: LoadedModel, backend: Backend, prompt: list[int], new_toke
 
 def _params(model) -> int:
     """The model's weights, counted in weights: a block-format tensor's packed nibbles and block scales as the
-    weights they hold (the first model may be a block copy alone), shared tensors once."""
+    weights they hold (the first model may be a block copy alone), shared tensors and a tied head once."""
     blocks = {name.removesuffix(".weight") for name, fmt in model.tensor_formats.items() if fmt.is_block}
     seen, total = set(), 0
     for name, p in model.named_parameters(remove_duplicate=False):
         module, _, kind = name.rpartition(".")
-        if p.data_ptr() in seen or (module in blocks and kind == "scale"):
+        if p.data_ptr() in seen or (module in blocks and kind == "scale") or (model.tied and module == "output"):
             continue
         seen.add(p.data_ptr())
         if module in blocks:

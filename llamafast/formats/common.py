@@ -90,6 +90,7 @@ class Checkpoint:
     tokenizer: Path | None
     metadata: dict[str, str] = field(default_factory=dict)  # llamafast format: weights, source, ...
     embedded_tokenizer: dict | None = None  # GGUF: the tokenizer and chat template inside the file
+    tied_head: TensorRef | None = None  # GGUF: a tied LM head as the embedding table's blocks (formats.gguf)
 
 
 def read_head(path: Path, n: int) -> bytes:

@@ -17,6 +17,7 @@ from llamafast.config import Backend, DType, ModelConfig, Weight, WeightFormat, 
 from llamafast.errors import LlamafastError
 from llamafast.formats import Checkpoint, open_checkpoint
 from llamafast.formats.common import Progress
+from llamafast.formats.gguf import with_block_head
 from llamafast.model import Transformer
 from llamafast.quant import FP8Format, dequantize, scale_name
 from llamafast.tokenizers import Tokenizer, open_tokenizer
@@ -120,14 +121,17 @@ def load_model(
         check_shardable(ckpt.config, shard.world)
         state = load_shard(ckpt, shard, device, torch_dtype, progress, fp8)
     else:
+        ckpt = ckpt if fp8 else with_block_head(ckpt)  # a tied GGUF's head reads its table's blocks
         state = load_state(ckpt, device, torch_dtype, progress, fp8)
     formats = (fp8.format, fp8.format) if fp8 else checkpoint_formats(ckpt)
     blocks = {} if fp8 is not None or shard is not None else block_formats(ckpt)  # else read dequantized
     model = build(ckpt.config, state, backend, *formats, sparse_layout(ckpt), shard, formats=blocks)
+    model.tied = "output.weight" not in opened.checkpoint.tensors
     _sync(device)
     label = weights_label(formats[0], torch_dtype)
-    if blocks:  # the layers' formats, most common first: "q4_1" or "q4_0+q8_0"
-        label = "+".join(f.value for f, _ in Counter(blocks.values()).most_common())
+    layers = Counter(f for name, f in blocks.items() if name != "output.weight")
+    if layers:  # the layers' formats, most common first: "q4_1" or "q4_0+q8_0"
+        label = "+".join(f.value for f, _ in layers.most_common())
     return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0, label)
 
 
@@ -208,6 +212,7 @@ def float_copy(lm: LoadedModel) -> LoadedModel:
     shapes = [Weight(m.weight, m.scale, m.fmt).shape for m in modules]
     check_memory(sum(n * k for n, k in shapes) * dtype.itemsize, device)
     twin = build(model.config, dict(float_items(model)), lm.backend, WeightFormat.float, layout=model.layout)
+    twin.tied = model.tied
     _sync(device)
     return LoadedModel(twin, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0,
                        weights_label(WeightFormat.float, dtype))

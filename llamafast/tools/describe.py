@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from llamafast.formats import expected_shapes, open_checkpoint
+from llamafast.formats.gguf import with_block_head
 from llamafast.config import ModelConfig, model_config
 from llamafast.load import bundled_model
 from llamafast.tokenizers import open_tokenizer
@@ -72,17 +73,19 @@ def formats_by_group(tensors: dict[str, Stored]) -> dict[str, str]:
     return out
 
 
-def _summary(config: ModelConfig, tensors: dict[str, Stored], act_dtype: torch.dtype) -> dict:
-    tied = "output.weight" not in tensors
+def _summary(config: ModelConfig, tensors: dict[str, Stored], act_dtype: torch.dtype, tied: bool = False) -> dict:
+    """tied: the head holds the table's values, in a tensor of its own or (where tensors has none) the table's."""
+    tied = tied or "output.weight" not in tensors
     formats = formats_by_group(tensors)
     stored = sum(t.nbytes for t in tensors.values())
     embedding = tensors["tok_embeddings.weight"].nbytes
-    read = stored - (0 if tied else embedding - config.dim * act_dtype.itemsize)  # the table: one row per token
+    own_head = "output.weight" in tensors  # else the head reads the whole table
+    read = stored - (embedding - config.dim * act_dtype.itemsize if own_head else 0)  # the table: one row a token
     kv_per_position = 2 * config.n_layers * config.kv_dim * act_dtype.itemsize
     layers = "+".join(dict.fromkeys(f for g in ("attention", "ffn") for f in formats[g].split("+")))
     return {
         "config": {**config.to_dict(), "head_dim": config.head_dim},
-        "parameters": sum(t.params for t in tensors.values()),
+        "parameters": sum(t.params for name, t in tensors.items() if not (tied and name == "output.weight")),
         "tied_embeddings": tied,
         "dtype": str(act_dtype).removeprefix("torch."),
         "weights": layers,
@@ -96,7 +99,9 @@ def _summary(config: ModelConfig, tensors: dict[str, Stored], act_dtype: torch.d
 def describe_checkpoint(path: Path | None, tokenizer: Path | None = None) -> dict:
     ckpt = open_checkpoint(path or bundled_model(), tokenizer)
     validate(ckpt)
-    out = {"path": str(ckpt.path), "format": ckpt.format, **_summary(ckpt.config, _stored(ckpt), checkpoint_dtype(ckpt))}
+    tied = "output.weight" not in ckpt.tensors
+    stored = _stored(with_block_head(ckpt))  # as the model holds them: a tied GGUF's head in its table's blocks
+    out = {"path": str(ckpt.path), "format": ckpt.format, **_summary(ckpt.config, stored, checkpoint_dtype(ckpt), tied)}
     if ckpt.metadata:
         out["metadata"] = {k: v for k, v in ckpt.metadata.items() if k not in ("config", "sparse")}
     layout = sparse_layout(ckpt)

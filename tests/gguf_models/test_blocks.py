@@ -14,6 +14,7 @@ from llamafast.backends import build
 from llamafast.config import Backend, SamplingConfig, Weight, WeightFormat
 from llamafast.errors import LlamafastError
 from llamafast.formats import open_checkpoint
+from llamafast.kernels.gemv import GemvConfig
 from llamafast.generate import Engine, stream_tokens
 from llamafast.load import LoadedModel, block_copy, load_model
 from llamafast.load.weights import block_formats, load_state
@@ -55,9 +56,17 @@ def test_smollm2_q4_1_stays_blocks_and_greedy_equals_dequantized():
 @pytest.mark.slow
 @requires_smollm2
 def test_smollm2_q4_1_triton_interpreter_equals_dequantized():
-    """The decode kernels' in-register dequantization, on the interpreter, against the dequantized model (a short
-    prompt and 2 tokens: the interpreter takes minutes per token at this size, and CI's whole run 35 minutes)."""
+    """The decode kernels' in-register dequantization of the file's blocks, on the interpreter, against the
+    dequantized model: every GEMV on float activations (GemvConfig.float_blocks), the reference's arithmetic up to
+    fp32 summation order. With int8 ones this model's outlier activations move a near tie (the second token here),
+    so their arithmetic is checked on small shapes (test_wv_in_its_own_format_stays_blocks_as_wqkv_s_tail). A short
+    prompt and 2 tokens: the interpreter takes minutes per token at this size, and CI's whole run 35 minutes."""
     lm = load_model(SMOLLM2, device=torch.device("cpu"), backend=Backend.triton)
+    float_ways = GemvConfig(64, 256, 4, float_blocks=True)
+    for table, key in [("rmsnorm_qkv_rope", (960, 576, "q4_1")), ("linear_residual", (576, 576, "q4_1")),
+                       ("rmsnorm_swiglu", (1536, 576, "q4_1")), ("linear_residual", (576, 1536, "q4_1")),
+                       ("rmsnorm_lm_head", (49152, 576, "q8_0"))]:
+        lm.model.backend.launches[table][key] = float_ways
     ids = lm.tokenizer.encode(GOLDEN["greedy"][0]["prompt"])[:2]
     want = greedy(dequantized(lm.model), ids, 2, lm.tokenizer.vocab_size)
     assert greedy(lm.model, ids, 2, lm.tokenizer.vocab_size) == want
@@ -72,6 +81,27 @@ def test_smollm2_q4_1_on_gpu_equals_dequantized():
     ids, want = lm.tokenizer.encode(case["prompt"]), case["continuation_ids"]
     assert greedy(lm.model, ids, len(want), lm.tokenizer.vocab_size) == want
     assert greedy(dequantized(lm.model), ids, len(want), lm.tokenizer.vocab_size) == want
+
+
+def test_a_tied_file_s_head_reads_its_table_s_blocks(tmp_path):
+    """A tied file's LM head keeps its Q8_0 table's blocks as a tensor of its own (the table is dequantized, one
+    row a token), equal to the table's values, and the model gives the dequantized model's logits; its parameters
+    count the table once."""
+    from llamafast.bench.decode import _params
+
+    state = {n: t for n, t in meta_state(SMALL).items() if n != "output.weight"}
+    write_gguf(tmp_path / "m.gguf", SMALL, state, "Q4_0", kinds={"tok_embeddings.weight": "Q8_0"})
+    lm = load_model(tmp_path / "m.gguf", device=torch.device("cpu"), backend=Backend.reference)
+    model, head = lm.model, lm.model.output
+    assert model.tied and head.fmt == WeightFormat.q8_0 and head.weight.dtype == torch.int8 and lm.weights == "q4_0"
+    assert torch.equal(reference.dense(head.w, torch.float32), model.tok_embeddings.weight)
+    assert _params(model) == sum(t.numel() for t in state.values())
+    ref = dequantized(model)
+    for m in (model, ref):
+        m.setup_cache(4)
+    for pos, token in enumerate([3, 200, 41]):
+        args = torch.tensor([token]), torch.tensor(pos)
+        torch.testing.assert_close(model(*args), ref(*args), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1"])
@@ -200,11 +230,14 @@ def test_info_counts_a_gguf_s_blocks_as_stored(tmp_path, kind):
 
 @requires_smollm2
 def test_info_on_smollm2():
-    """Q4_1 layers at 20 bytes per 32 weights, the tied head reading the whole bf16 table (Q8_0 in the file,
-    dequantized), F32 norms: 123,118,848 bytes per token (1 byte per weight said 162,931,968)."""
+    """Q4_1 layers at 20 bytes per 32 weights, the tied head reading the table's Q8_0 blocks at 34 bytes per 32
+    weights, one row of the table (dequantized to bf16), F32 norms: 96,577,920 bytes per token; the parameters
+    count the tied table once."""
     from llamafast.tools.describe import describe_checkpoint
 
     info = describe_checkpoint(SMOLLM2)
     layer = 576 * 576 * 2 + 192 * 576 * 2 + 3 * 1536 * 576
-    assert info["weight_bytes_per_token"] == 30 * layer // 32 * 20 + 49152 * 576 * 2 + 61 * 576 * 4 == 123_118_848
-    assert info["weights"] == "q4_1" and info["formats"]["lm_head"] == "bfloat16"
+    head, row, norms = 49152 * 576 // 32 * 34, 576 * 2, 61 * 576 * 4
+    assert info["weight_bytes_per_token"] == 30 * layer // 32 * 20 + head + row + norms == 96_577_920
+    assert info["weights"] == "q4_1" and info["formats"]["lm_head"] == "q8_0" and info["tied_embeddings"]
+    assert info["parameters"] == 30 * layer + 49152 * 576 + 61 * 576 == 134_515_008
