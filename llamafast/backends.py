@@ -191,7 +191,7 @@ def with_backend(model: Transformer, backend: Backend) -> Transformer:
     launches = model.backend.launches if backend.fused and model.backend.name.fused else None
     out = build(model.config, model.state_dict(), backend, *model.weight_formats, model.layout, model.shard, launches,
                 model.tensor_formats)
-    out.comm = model.comm
+    out.comm, out.tied = model.comm, model.tied
     if model.sparse is not None:
         out.set_sparsity(model.sparse)
     return out

@@ -121,7 +121,8 @@ def load_model(
         check_shardable(ckpt.config, shard.world)
         state = load_shard(ckpt, shard, device, torch_dtype, progress, fp8)
     else:
-        ckpt = ckpt if fp8 else with_block_head(ckpt)  # a tied GGUF's head reads its table's blocks
+        # A tied GGUF's head reads its table's blocks where kernels do (the reference would dequantize them again)
+        ckpt = with_block_head(ckpt) if fp8 is None and backend.fused else ckpt
         state = load_state(ckpt, device, torch_dtype, progress, fp8)
     formats = (fp8.format, fp8.format) if fp8 else checkpoint_formats(ckpt)
     blocks = {} if fp8 is not None or shard is not None else block_formats(ckpt)  # else read dequantized

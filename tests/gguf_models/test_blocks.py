@@ -83,25 +83,30 @@ def test_smollm2_q4_1_on_gpu_equals_dequantized():
     assert greedy(dequantized(lm.model), ids, len(want), lm.tokenizer.vocab_size) == want
 
 
-def test_a_tied_file_s_head_reads_its_table_s_blocks(tmp_path):
-    """A tied file's LM head keeps its Q8_0 table's blocks as a tensor of its own (the table is dequantized, one
-    row a token), equal to the table's values, and the model gives the dequantized model's logits; its parameters
-    count the table once."""
+@pytest.mark.parametrize("config, layers, table", [(SMALL, "Q4_0", "Q8_0"), (WIDE, "Q4_K", "Q6_K")])
+def test_a_tied_file_s_head_reads_its_table_s_blocks(tmp_path, config, layers, table):
+    """For the kernels a tied file's LM head keeps its table's blocks as a tensor of its own (the table is
+    dequantized, one row a token), equal to the table's values, its parameters counted once; the reference backend,
+    which would only dequantize them again, keeps the head tied to the table, and the two heads give the same
+    logits."""
+    from llamafast.backends import with_backend
     from llamafast.bench.decode import _params
 
-    state = {n: t for n, t in meta_state(SMALL).items() if n != "output.weight"}
-    write_gguf(tmp_path / "m.gguf", SMALL, state, "Q4_0", kinds={"tok_embeddings.weight": "Q8_0"})
-    lm = load_model(tmp_path / "m.gguf", device=torch.device("cpu"), backend=Backend.reference)
-    model, head = lm.model, lm.model.output
-    assert model.tied and head.fmt == WeightFormat.q8_0 and head.weight.dtype == torch.int8 and lm.weights == "q4_0"
+    state = {n: t for n, t in meta_state(config).items() if n != "output.weight"}
+    write_gguf(tmp_path / "m.gguf", config, state, layers, kinds={"tok_embeddings.weight": table})
+    fused = load_model(tmp_path / "m.gguf", device=torch.device("cpu"), backend=Backend.triton)
+    model, head = fused.model, fused.model.output
+    assert model.tied and head.fmt == WeightFormat(table.lower()) and fused.weights == layers.lower()
     assert torch.equal(reference.dense(head.w, torch.float32), model.tok_embeddings.weight)
     assert _params(model) == sum(t.numel() for t in state.values())
-    ref = dequantized(model)
-    for m in (model, ref):
+    plain = load_model(tmp_path / "m.gguf", device=torch.device("cpu"), backend=Backend.reference).model
+    assert plain.output.weight is plain.tok_embeddings.weight
+    blocks = with_backend(model, Backend.reference)
+    for m in (blocks, plain):
         m.setup_cache(4)
     for pos, token in enumerate([3, 200, 41]):
         args = torch.tensor([token]), torch.tensor(pos)
-        torch.testing.assert_close(model(*args), ref(*args), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(blocks(*args), plain(*args), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1"])
