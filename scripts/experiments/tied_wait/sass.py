@@ -6,7 +6,7 @@ after the loop. Nothing is launched. From the repository root, with the project 
 
     python scripts/experiments/tied_wait/sass.py q4_1 q8_0 bf16
 
-sass.txt: the committed tree, then with blocks.diff taken out (`git apply -R`).
+sass.txt: with blocks.diff applied (`git apply`; its first block's tree was 1f5cae6), then without it.
 """
 import importlib
 import os
