@@ -14,13 +14,6 @@ b7() {
     > "$out/bench_7b_$1.txt" 2>&1
   logged "bench_7b_$1" $?
 }
-applied() {
-  local diff=$1
-  shift
-  git apply "$diff" || return 1
-  "$@"
-  git apply -R "$diff"
-}
 ab committed
 applied $d/blocks.diff ab blocks
 applied $d/blocks.diff applied $d/dense.diff ab tied

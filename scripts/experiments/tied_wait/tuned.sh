@@ -12,8 +12,6 @@ tuned() {
     --weights q4_1 --backend triton --out "$out/bench_$1.json" > "$out/bench_$1.txt" 2>&1
   logged "bench_$1" $?
 }
-git apply $d/blocks.diff || exit 1
-tuned stock
-git apply $d/ways.diff && tuned ways && git apply -R $d/ways.diff
-git apply -R $d/blocks.diff
+applied $d/blocks.diff tuned stock
+applied $d/blocks.diff applied $d/ways.diff tuned ways
 grep -H -E "^│ triton|tuned" "$out"/bench_*.txt
