@@ -7,20 +7,25 @@ the reference's arithmetic up to fp32 rounding:
 A tile is taken as two halves in GGUF's nibble order, the weights b*32 + j and b*32 + 16 + j of each block b
 (j < 16): a Q4 byte's low and high nibbles, two runs of 16 Q8_0 bytes; x is loaded at those two index sets, so
 the weights are read as stored. Under programmatic dependent launch the first tile, its integers and its scales,
-is read before the wait for x, so what follows the wait is a float GEMV's: x, the products, the sums, with no
-rounding of x on that path. That costs ALU per weight that the int8 loop (gemv_int8.py) saves, and pays where K
-is a tile or two and a call's latency bounds it (tuning.sweep.FLOAT_BLOCKS_MAX_K)."""
+is read before the wait for x and its integers converted to fp32 before it too (pdl.wait_after), so what follows
+the wait is a float GEMV's: x, the products, the sums, with no rounding of x on that path. That costs ALU per
+weight that the int8 loop (gemv_int8.py) saves, and pays where K is a tile or two and a call's latency bounds it
+(tuning.sweep.FLOAT_BLOCKS_MAX_K). Tied to the wait, SmolLM2-135M's Q4_1 step on one H200 (QKV on float
+activations) went from 0.3967-0.3971 to 0.3851-0.3858 ms beside bf16's 0.3837-0.3853; tying the bf16 loop's first
+tile the same way slowed bf16 to 0.3928-0.4003 ms, so gemv.py's loop keeps the plain wait
+(scripts/experiments/tied_wait/)."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from llamafast.config import WeightFormat
 
 from .gemv_blocks import block_scales, nibble_floats
 from .gemv_tiles import activation
+from .pdl import wait_after
 
 FORMATS = (WeightFormat.q8_0, WeightFormat.q4_0, WeightFormat.q4_1)  # the formats this loop reads
 
@@ -42,7 +47,7 @@ def dot_floats(w_ptr, w2_ptr, s_ptr, s2_ptr, x_ptr, g_ptr, rows, row_mask, K, st
         t2 = t
         if PAIR:
             t2 = _halves(w2_ptr + offs, s2_ptr + soffs, 0, K, row_mask, BLOCK_K, FMT)
-        gdc_wait()
+        t, t2 = _waited(t, t2, PAIR)
         acc, acc2, ss = _step(t, t2, x_ptr, g_ptr, 0, K, acc, acc2, ss, BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, FMT)
         start = BLOCK_K
     for k0 in range(start, K, BLOCK_K):
@@ -103,3 +108,18 @@ def _blocks(t, xl, xh, xsum, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FMT: 
     if FMT == 5:
         part += m * xsum[None, :]
     return part
+
+
+@triton.jit
+def _waited(t, t2, PAIR: tl.constexpr):
+    """The first tile(s) as fp32, returned through the wait for x, so that their conversion runs before it."""
+    lo, hi, d, m = t
+    lo, hi = wait_after(lo, hi)
+    t = (lo, hi, d, m)
+    if PAIR:
+        lo2, hi2, d2, m2 = t2
+        lo2, hi2 = wait_after(lo2, hi2)
+        t2 = (lo2, hi2, d2, m2)
+    else:
+        t2 = t
+    return t, t2

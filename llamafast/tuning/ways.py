@@ -4,9 +4,11 @@ activations, GemvConfig.own_int8 and float_blocks), and the kernel timed alone a
 under programmatic dependent launch a kernel's work before its wait overlaps the one before it in the step, and
 not in a sweep of back-to-back calls of itself. At SmolLM2-135M's shape on one H200, tuning alone kept QKV rounding
 its own, and the step ran 0.4038-0.4040 ms with QKV on float activations against 0.4055-0.4068
-(scripts/experiments/small_floats/h200_runs_of_8/). So each such GEMV's fastest launch of each way is timed in the
-step (graphed, every layer, the LM head), one GEMV after another in the order of the model's jobs, each with the
-ways chosen before it; a way replaces the sweep's winner only where the step runs faster by MARGIN.
+(scripts/experiments/small_floats/h200_runs_of_8/). So each such GEMV's fastest launch of each way, and the float
+way's FLOATS fastest, are timed in the step (graphed, every layer, the LM head), one GEMV after another in the order
+of the model's jobs, each with the ways chosen before it, in PASSES passes; the step's fastest is kept (a tie keeps
+the sweep's winner). One pass with a 0.5% margin for the sweep's winner put SmolLM2's wo behind a quantize pass
+(scripts/experiments/tied_wait/tuned.sh times both).
 """
 
 from __future__ import annotations
@@ -18,10 +20,9 @@ import torch
 from llamafast.kernels.gemv import GemvConfig
 from llamafast.tuning.sweep import Sweep, Timer
 
-# Three timings of one way's step in one process spread 0.2-0.3% (small_floats/h200_runs_of_8/ab_*.txt:
-# 0.4055-0.4068 and 0.4002-0.4009 ms); a way must gain more than that to replace the winner.
-MARGIN = 0.005
 CONTEXT = 64  # positions of the scratch cache the step is timed in (tuning times a token's weights, not its cache)
+FLOATS = 2  # the float way's fastest launches offered: timed alone, the float loop's order is not the step's
+PASSES = 2  # the second times each GEMV with every other's way chosen
 STEPS = 8  # steps captured in one graph, as the persistent step's candidates are timed (tuning/step.py)
 
 
@@ -30,14 +31,17 @@ def way(launch: GemvConfig) -> str:
 
 
 def offered(s: Sweep) -> list[GemvConfig]:
-    """The sweep's fastest launch of each way, its winner first; empty where it timed no float activations (the
-    step's choice is for the GEMVs that can take them: tuning.sweep.FLOAT_BLOCKS_MAX_K)."""
+    """The sweep's fastest launch of each way (the float way's FLOATS fastest), its winner first; empty where it
+    timed no float activations (the step's choice is for the GEMVs that can take them:
+    tuning.sweep.FLOAT_BLOCKS_MAX_K)."""
     if not any(isinstance(launch, GemvConfig) and launch.float_blocks for launch in s.times):
         return []
-    best: dict[str, GemvConfig] = {}
+    best: dict[str, list[GemvConfig]] = {}
     for launch in sorted(s.times, key=s.times.get):
-        best.setdefault(way(launch), launch)
-    return list(best.values())
+        kept = best.setdefault(way(launch), [])
+        if len(kept) < (FLOATS if launch.float_blocks else 1):
+            kept.append(launch)
+    return [launch for kept in best.values() for launch in kept]
 
 
 def choose(model, tables: dict[str, dict], offers: dict[tuple, list[GemvConfig]], timer: Timer) -> dict[tuple,
@@ -50,12 +54,11 @@ def choose(model, tables: dict[str, dict], offers: dict[tuple, list[GemvConfig]]
     w = model.tok_embeddings.weight
     sets = [((torch.ones(1, dtype=torch.long, device=w.device), torch.tensor(CONTEXT // 2, device=w.device)), {})]
     chosen = {}
-    for (table, key), launches in offers.items():
-        times = {launch: timer(functools.partial(_step, model, table, configs={key: launch}), sets * STEPS)
-                 for launch in launches}
-        fastest = min(times, key=times.get)
-        kept = fastest if times[fastest] < times[launches[0]] * (1 - MARGIN) else launches[0]
-        tables[table][key] = chosen[(table, key)] = kept
+    for _ in range(PASSES):
+        for (table, key), launches in offers.items():
+            times = {launch: timer(functools.partial(_step, model, table, configs={key: launch}), sets * STEPS)
+                     for launch in launches}
+            tables[table][key] = chosen[(table, key)] = min(times, key=times.get)
     return chosen
 
 

@@ -1,9 +1,9 @@
 # The tied float loop (blocks.diff) under tuning on first use, one H200: `bench --random-weights --shape
-# smollm2-135m --weights q4_1` (bf16 beside it, a fresh tuning folder each) with the step's choice of way as it is
-# (tuning/ways.py: each way's fastest launch alone, one pass, the sweep's winner kept unless another is 0.5%
-# faster) and with ways.diff (two passes, the step's fastest kept, the float way's two fastest offered). With the
-# test data's file at 1f5cae6 (the tied loop committed) tuning put wo behind a quantize pass and the file decoded
-# 6.5% short of bf16 (scripts/results/quant/smollm2_file_h200/1f5cae6/).
+# smollm2-135m --weights q4_1` (bf16 beside it, a fresh tuning folder each) with the step's choice of way before
+# ways.diff (each way's fastest launch, one pass, the sweep's winner kept unless another is 0.5% faster: ways.diff
+# reverted) and as it is (two passes, the step's fastest kept, the float way's two fastest offered). With the test
+# data's file at 1f5cae6 (the tied loop, the one-pass choice) tuning put wo behind a quantize pass and the file
+# decoded 6.5% short of bf16 (scripts/results/quant/smollm2_file_h200/1f5cae6/).
 #   bash scripts/experiments/tied_wait/tuned.sh OUTDIR
 . scripts/experiments/record.sh "$@"
 d=scripts/experiments/tied_wait
@@ -12,6 +12,6 @@ tuned() {
     --weights q4_1 --backend triton --out "$out/bench_$1.json" > "$out/bench_$1.txt" 2>&1
   logged "bench_$1" $?
 }
-applied $d/blocks.diff tuned stock
-applied $d/blocks.diff applied $d/ways.diff tuned ways
+reverted $d/ways.diff tuned stock
+tuned ways
 grep -H -E "^│ triton|tuned" "$out"/bench_*.txt
