@@ -7,8 +7,10 @@ its own, and the step ran 0.4038-0.4040 ms with QKV on float activations against
 (scripts/experiments/small_floats/h200_runs_of_8/). So each such GEMV's fastest launch of each way, and the float
 way's FLOATS fastest, are timed in the step (graphed, every layer, the LM head), one GEMV after another in the order
 of the model's jobs, each with the ways chosen before it, in PASSES passes; the step's fastest is kept (a tie keeps
-the sweep's winner). One pass with a 0.5% margin for the sweep's winner put SmolLM2's wo behind a quantize pass
-(scripts/experiments/tied_wait/tuned.sh times both).
+the sweep's winner). One pass with a 0.5% margin for the sweep's winner put the SmolLM2 Q4_1 file's wo behind a
+quantize pass, 6.5% short of bf16 (scripts/results/quant/smollm2_file_h200/1f5cae6/); this choice decodes it 1.1-1.4%
+faster than bf16 (079a548/), and random weights of its shape, tuned from scratch in one call, at 2,572.3 tok/s beside
+bf16's 2,536.9, against the one pass's 2,563.3 beside 2,560.9 (scripts/experiments/tied_wait/h200/tuned/).
 """
 
 from __future__ import annotations
