@@ -5,10 +5,14 @@
 # on PATH.
 #   . scripts/gpu_env.sh
 # Only the shell that made the links removes them: a script that sources this again (gpu_check.sh, tp_check.sh)
-# leaves them to the shell that ran it.
+# leaves them to the shell that ran it. The removal runs before the shell's own EXIT trap, kept (a command that
+# tars its results on exit still does).
+_llamafast_exit_trap() { eval "set -- $(trap -p EXIT)"; printf '%s' "${3:-}"; }
 if [ ! -e llamafast/kernels ]; then
   ln -sfn ../kernels llamafast/kernels && ln -sfn ../configs llamafast/configs
-  trap 'rm -f "$PWD/llamafast/kernels" "$PWD/llamafast/configs"' EXIT
+  _llamafast_links="rm -f $(printf '%q %q' "$PWD/llamafast/kernels" "$PWD/llamafast/configs")"
+  _llamafast_trap=$(_llamafast_exit_trap)
+  trap "$_llamafast_links${_llamafast_trap:+; $_llamafast_trap}" EXIT
 fi
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/llamafast-site \

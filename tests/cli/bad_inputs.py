@@ -1,258 +1,21 @@
 """The bad inputs of test_bad_input.py, as data: (command, what it tries, a setup that writes files under tmp
-and returns the arguments, a needle its one-line error must contain), grouped for docs/cli.md's "What is
-refused" table (scripts/refusals.py). Files come from tests/formats.py's writers or the bundled stories260K.
+and returns the arguments, a needle its one-line error must contain: bad_input_case.Case), grouped for
+docs/cli.md's "What is refused" table (scripts/refusals.py), those of loading a model in bad_inputs_load.py.
+Files come from tests/formats.py's writers or the bundled stories260K.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-
 from llamafast.load import bundled_model
 
-from ..conftest import LLAMA2C
+from .bad_input_case import BENCH, GENERATE, SERVE, Case, M, S
 from .bad_input_files import (
-    CALIBRATION, RANK0_OF_2, bin_header, blockable, busy_port, chat, converted, copy_bundled, directory, file, gguf,
-    gguf_nan, hf, hf_json_tokenizer, hf_tokenizer_config, meta, metaspace_tokenizer, pickle_pth, preset, quantized,
-    sparsified, sparsify_args, truncate, untied_without_head,
+    CALIBRATION, RANK0_OF_2, busy_port, converted, file, gguf, gguf_nan, sparsified, sparsify_args,
 )
-
-
-@dataclass(frozen=True)
-class Case:
-    command: str  # with bench's subcommand: "bench decode"
-    what: str
-    setup: Callable[[Path], list[str]]  # tmp dir -> the arguments after the command
-    needle: str
-    stdin: str | bytes | None = None
-    needs: Path | None = None  # test data the case reads from ../shared
-    env: dict[str, str | None] | None = None  # environment variables set (None: unset) while the command runs
-
-    @property
-    def id(self) -> str:
-        return f"{self.command}: {self.what}"
-
-
-M = lambda folder: ["hi", "--model", str(folder)]  # noqa: E731  a generate call on a checkpoint
-BENCH = ["--random-weights", "--shape", "stories260K", "--device", "cpu"]
-GENERATE = "generate"
-SERVE = "serve"
-S = ["--device", "cpu", "--port", "0"]  # serve's cases: each is refused before it listens, or fails to load
+from .bad_inputs_load import LOADING
 
 CASES_BY_GROUP: dict[str, list[Case]] = {
-    "Checkpoint files": [
-        Case(GENERATE, "a model path that does not exist", lambda t: M(t / "nope"), "model path not found"),
-        Case(GENERATE, "an empty file", lambda t: M(file(t, "m.bin", b"")), "unknown checkpoint format"),
-        Case(GENERATE, "a file of text", lambda t: M(file(t, "m.bin", b"hello, not a model")),
-             "unknown checkpoint format"),
-        Case(GENERATE, "a directory with no checkpoint", lambda t: M(t), "cannot tell the checkpoint format"),
-        Case(GENERATE, "a truncated llama2.c .bin (version 0)",
-             lambda t: M(file(t, "m.bin", bundled_model().read_bytes()[:500000])), "truncated"),
-        Case(GENERATE, "a llama2.c header with a huge dim",
-             lambda t: M(bin_header(t, (1 << 30, 172, 5, 8, 4, 512, 512))), "truncated, or not a llama2.c file"),
-        Case(GENERATE, "a llama2.c version 1 header with zero heads",
-             lambda t: M(bin_header(t, (64, 172, 5, 0, 4, 512, 512), magic=True)),
-             "n_heads must be a positive integer"),
-        Case(GENERATE, "a truncated safetensors file",
-             lambda t: M(truncate(hf(t) / "model.safetensors", 3000).parent), "truncated"),
-        Case(GENERATE, "a truncated consolidated.00.pth",
-             lambda t: M(truncate(meta(t) / "consolidated.00.pth", 3000).parent), "cannot read"),
-        Case(GENERATE, "a .pth that pickles an arbitrary object", pickle_pth, "never runs code"),
-        Case(GENERATE, "a corrupt tokenizer.model", lambda t: M(file(hf(t), "tokenizer.model", b"garbage").parent),
-             "tokenizer"),
-    ],
-    "Configs": [
-        Case(GENERATE, "params.json with one layer too many", lambda t: M(meta(t, n_layers=3)), "layers.2"),
-        Case("info", "params.json with the wrong KV heads", lambda t: ["--model", str(meta(t, n_kv_heads=4))],
-             "shape"),
-        Case(GENERATE, "params.json whose top level is a list",
-             lambda t: M(file(meta(t), "params.json", b"[1, 2]").parent), "expected a JSON object"),
-        Case(GENERATE, "config.json whose top level is a list", lambda t: M(file(hf(t), "config.json", b"[]").parent),
-             "expected a JSON object"),
-        Case(GENERATE, "config.json with num_attention_heads 0", lambda t: M(hf(t, num_attention_heads=0)),
-             "num_attention_heads must be a positive integer"),
-        Case("info", "config.json with num_attention_heads 0",
-             lambda t: ["--model", str(hf(t, num_attention_heads=0))], "num_attention_heads"),
-        Case(GENERATE, "config.json with a string hidden_size", lambda t: M(hf(t, hidden_size="32")),
-             "hidden_size must be a positive integer"),
-    ],
-    "Arithmetic llamafast does not implement": [
-        Case(GENERATE, "transformers 5 rope_parameters with rope_type yarn",
-             lambda t: M(hf(t, rope_parameters={"rope_type": "yarn", "rope_theta": 500000.0, "factor": 8.0})),
-             "rope_parameters.rope_type"),
-        Case(GENERATE, "a top-level rope_scaling", lambda t: M(hf(t, rope_scaling={"type": "linear", "factor": 2.0})),
-             "rope_scaling"),
-        Case(GENERATE, "attention_bias true", lambda t: M(hf(t, attention_bias=True)), "attention_bias"),
-        Case(GENERATE, "mlp_bias true", lambda t: M(hf(t, mlp_bias=True)), "mlp_bias"),
-        Case(GENERATE, "a head_dim other than hidden_size / heads", lambda t: M(hf(t, head_dim=16)), "head_dim"),
-        Case(GENERATE, "a sliding_window", lambda t: M(hf(t, sliding_window=32)), "sliding_window"),
-        Case(GENERATE, "an activation other than SiLU", lambda t: M(hf(t, hidden_act="gelu")), "hidden_act"),
-        Case(GENERATE, "partial rotary embeddings",
-             lambda t: M(hf(t, rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.5})),
-             "partial_rotary_factor"),
-        Case(GENERATE, "a model type other than llama", lambda t: M(hf(t, model_type="mistral")), "not Llama"),
-        Case(GENERATE, "Llama 3.1's use_scaled_rope in params.json", lambda t: M(meta(t, use_scaled_rope=True)),
-             "use_scaled_rope"),
-        Case(GENERATE, "an untied config without lm_head.weight", lambda t: M(untied_without_head(t)),
-             "lm_head.weight"),
-    ],
-    "Prompts": [
-        Case(GENERATE, "a prompt file that is not UTF-8",
-             lambda t: ["--prompt-file", str(file(t, "p.txt", b"caf\xe9"))], "byte 3"),
-        Case(GENERATE, "standard input that is not UTF-8", lambda t: ["-"], "standard input is not UTF-8", b"caf\xe9"),
-        Case(GENERATE, "a prompt file that does not exist", lambda t: ["--prompt-file", str(t / "nope.txt")],
-             "cannot read --prompt-file"),
-        Case(GENERATE, "both PROMPT and --prompt-file", lambda t: ["hi", "--prompt-file", str(file(t, "p", b"x"))],
-             "not both"),
-        Case(GENERATE, "no prompt at all", lambda t: [], "no prompt"),
-        Case(GENERATE, "a prompt longer than the context", lambda t: ["Once upon a time " * 200], "context is 512"),
-        Case(GENERATE, "prompt plus --max-new-tokens beyond the context",
-             lambda t: ["Once upon a time " * 100, "--max-new-tokens", "256"], "--max-new-tokens"),
-        Case(GENERATE, "--system without --chat", lambda t: ["hi", "--system", "Be brief."], "--system"),
-        # Python hands over argument bytes that are not UTF-8 (`generate $'caf\xe9'`) as lone surrogates.
-        Case(GENERATE, "a PROMPT argument that is not UTF-8", lambda t: ["caf\udce9"], "PROMPT is not UTF-8"),
-        Case(GENERATE, "a --system argument that is not UTF-8", lambda t: ["hi", "--chat", "--system", "\udcff"],
-             "the byte 0xff"),
-    ],
-    "Options": [
-        *[Case(GENERATE, f"{flag} {value}", lambda t, f=flag, v=value: ["hi", f, v], flag) for flag, value in [
-            ("--top-p", "0"), ("--top-p", "1.5"), ("--temperature", "-1"), ("--temperature", "inf"), ("--top-k", "-1"),
-            ("--repetition-penalty", "0"), ("--repetition-penalty", "inf"), ("--repetition-penalty", "1e-300"),
-            ("--repetition-penalty", "1000"), ("--max-new-tokens", "0"),
-            ("--seed", str(2**64)), ("--seed", str(-(2**63) - 1)),
-        ]],
-        Case(GENERATE, "--dtype with an unknown value", lambda t: ["hi", "--dtype", "unknown"], "--dtype"),
-        Case(GENERATE, "an option without its value", lambda t: ["hi", "--max-new-tokens"], "--max-new-tokens"),
-        Case(GENERATE, "an unknown option", lambda t: ["hi", "--no-such-option"], "--no-such-option"),
-        *[Case(GENERATE, f"--device {d}", lambda t, d=d: ["hi", "--device", d], needle) for d, needle in [
-            ("meta", "not on meta"), ("mps", "not on mps"), ("cuda:9", "cuda:9"), ("potato", "unknown device"),
-        ]],
-    ],
-    "Run presets": [
-        Case(GENERATE, "--config naming a directory", lambda t: ["hi", "--config", str(t)], "is a directory"),
-        Case(GENERATE, "--config naming no file", lambda t: ["hi", "--config", str(t / "nope.toml")], "not found"),
-        Case(GENERATE, "--config naming a missing file named like a bundled preset",
-             lambda t: ["hi", "--config", str(t / "no" / "greedy.toml")], "not found"),
-        Case(GENERATE, "--config naming no bundled preset", lambda t: ["hi", "--config", "greedier"], "greedy"),
-        Case(GENERATE, "a preset that is not TOML", lambda t: ["hi", "--config", str(preset(t, "x = = 1"))],
-             "not valid TOML"),
-        Case(GENERATE, "a preset that is not UTF-8", lambda t: ["hi", "--config", str(preset(t, b"x = '\xe9'"))],
-             "not UTF-8"),
-        Case(GENERATE, "a preset with an unknown key", lambda t: ["hi", "--config", str(preset(t, "temprature = 1"))],
-             "unknown keys"),
-        Case(GENERATE, "a preset with an unknown dtype", lambda t: ["hi", "--config", str(preset(t, 'dtype = "fp7"'))],
-             "dtype"),
-        Case(GENERATE, "a preset with an unknown backend",
-             lambda t: ["hi", "--config", str(preset(t, 'backend = "cuda"'))], "backend"),
-        Case(GENERATE, "a preset with an integer given as a string",
-             lambda t: ["hi", "--config", str(preset(t, 'max_new_tokens = "5"'))],
-             "max_new_tokens must be an integer"),
-        Case(GENERATE, "a preset with temperature as a string",
-             lambda t: ["hi", "--config", str(preset(t, '[sampling]\ntemperature = "hot"'))], "sampling.temperature"),
-        Case(GENERATE, "a preset with sampling as a number",
-             lambda t: ["hi", "--config", str(preset(t, "sampling = 3"))], "[sampling] table"),
-        Case(GENERATE, "a bench preset (shape, random weights)", lambda t: ["hi", "--config", "bench-7b"], "shape"),
-        Case("bench decode", "a preset with a [sampling] table",
-             lambda t: [*BENCH, "--config", str(preset(t, "[sampling]\ntemperature = 0.0"))], "sampling"),
-    ],
-    "Tokenizer": [
-        Case(GENERATE, "a tokenizer with more pieces than the model has ids",
-             lambda t: ["hi", "--tokenizer", str(LLAMA2C / "tokenizer.model")], "32000 pieces", needs=LLAMA2C),
-    ],
-    "convert-fp8": [
-        Case("convert-fp8", "DST equal to SRC, with --force", lambda t: [str(hf(t)), str(t / "hf"), "--force"],
-             "overlaps"),
-        Case("convert-fp8", "DST inside SRC", lambda t: [str(hf(t)), str(t / "hf" / "fp8")], "overlaps"),
-        Case("convert-fp8", "DST containing SRC, with --force", lambda t: [str(hf(t)), str(t), "--force"], "overlaps"),
-        Case("convert-fp8", "a llama2.c .bin onto itself, with --force",
-             lambda t: [str(copy_bundled(t)), str(t / "stories.bin"), "--force"], "overlaps"),
-        Case("convert-fp8", "DST an existing regular file, with --force",
-             lambda t: [str(bundled_model()), str(file(t, "out", b"keep me")), "--force"], "not a directory"),
-        Case("convert-fp8", "DST a directory of other files, with --force",
-             lambda t: [str(bundled_model()), str(hf(t)), "--force"], "not a llamafast checkpoint"),
-        Case("convert-fp8", "DST that exists, without --force", lambda t: [str(bundled_model()), str(t)], "--force"),
-        Case("convert-fp8", "DST the current directory, with --force", lambda t: [str(bundled_model()), ".", "--force"],
-             "current directory"),
-        Case("convert-fp8", "DST under a regular file",
-             lambda t: [str(bundled_model()), str(file(t, "f", b"") / "sub" / "out")], "cannot write"),
-        Case("convert-fp8", "a source that already holds FP8 weights", lambda t: [str(converted(t)), str(t / "again")],
-             "already holds fp8_e5m2"),
-        Case("convert-fp8", "a source that does not exist", lambda t: [str(t / "nope"), str(t / "out")], "not found"),
-    ],
-    "quantize and block checkpoints": [
-        Case("quantize", "a source that already holds FP8 weights",
-             lambda t: [str(converted(t)), str(t / "q"), "--format", "q8_0"], "already holds fp8_e5m2"),
-        Case("quantize", "a source that already holds block weights",
-             lambda t: [str(quantized(t)), str(t / "q"), "--format", "q8_0"], "already holds q4_0 weights"),
-        Case("quantize", "a sparsified checkpoint",
-             lambda t: [str(sparsified(t)), str(t / "q"), "--format", "q8_0"], "is sparsified"),
-        Case("quantize", "a shape whose rows are not whole 32-weight blocks",
-             lambda t: [str(bundled_model()), str(t / "q"), "--format", "q4_0"], "needs rows of whole 32-weight blocks"),
-        Case("quantize", "DST that exists, without --force",
-             lambda t: [str(blockable(t)), str(directory(t, "q")), "--format", "q8_0"], "--force"),
-        Case("quantize", "a .gguf DST that is not a GGUF file, with --force",
-             lambda t: [str(blockable(t)), str(file(t, "m.gguf", b"keep me")), "--format", "q8_0", "--force"],
-             "--force replaces only a GGUF file"),
-        Case("quantize", "a .gguf DST that is a directory",
-             lambda t: [str(blockable(t)), str(directory(t, "d.gguf")), "--format", "q8_0"], "is a directory"),
-        Case("quantize", "a .gguf DST inside SRC",
-             lambda t: [str(blockable(t)), str(t / "float" / "m.gguf"), "--format", "q8_0"], "overlaps"),
-        Case("quantize", "a tokenizer.json that GGUF cannot carry (a .gguf DST)",
-             lambda t: [str(blockable(t, metaspace_tokenizer())), str(t / "m.gguf"), "--format", "q8_0"],
-             "a GGUF file carries byte-level BPE tokenizers"),
-        Case("quantize", "an unknown --format", lambda t: [str(blockable(t)), str(t / "q"), "--format", "q5_k"],
-             "--format"),
-        Case("quantize", "no --format", lambda t: [str(blockable(t)), str(t / "q")], "Missing option '--format'"),
-        Case(GENERATE, "--fp8 with a block checkpoint", lambda t: [*M(quantized(t)), "--fp8"],
-             "already holds q4_0 weights; drop --fp8"),
-        Case("convert-fp8", "a block checkpoint", lambda t: [str(quantized(t)), str(t / "fp8")],
-             "convert the float checkpoint it was quantized from"),
-        Case("sparsify", "a block checkpoint",
-             lambda t: [str(quantized(t)), str(t / "sparse"), "--text", str(CALIBRATION), "--device", "cpu"],
-             "sparsify the float checkpoint it was quantized from"),
-    ],
-    "GGUF files and tokenizers": [
-        Case(GENERATE, "a GGUF of another architecture", lambda t: M(gguf(t, arch="gpt2")), "architecture 'gpt2'"),
-        Case(GENERATE, "a GGUF tensor type the gguf package does not dequantize (raw I32)",
-             lambda t: M(gguf(t, kind="I32")), "has type I32, which the gguf package"),
-        Case(GENERATE, "a truncated GGUF", lambda t: M(truncate(gguf(t), 20000)), "not a readable GGUF"),
-        Case(GENERATE, "a GGUF whose layers mix block formats stored otherwise with --backend persistent",
-             lambda t: [*M(gguf(t, "Q4_0", kinds={"layers.1.feed_forward.w2.weight": "Q8_0"})), "--backend",
-                        "persistent", "--max-new-tokens", "4"],
-             "the persistent backend cannot run this model's weights: its layers' w2 mix q4_0 and q8_0, which are "
-             "stored differently"),
-        Case(GENERATE, "a tokenizer.json that does not parse", lambda t: M(hf_json_tokenizer(t, b"{not json")),
-             "tokenizer.json"),
-        Case(GENERATE, "a chat template that fails to render",
-             lambda t: ["hi", "--chat", "--model", str(gguf(t, chat_template="{{ raise_exception('no chat') }}"))],
-             "chat template failed to render"),
-        Case(GENERATE, "a chat template that divides by zero", chat("{{ 1 // 0 }}"), "ZeroDivisionError"),
-        Case(GENERATE, "a chat template that adds a number to a string", chat('{{ "a" + 5 }}'), "TypeError"),
-        Case(GENERATE, "a chat template looping 100 million times", chat("{% for i in range(100000000) %}{% endfor %}"),
-             "range"),
-        Case(GENERATE, "a GGUF chat_template that is a number", chat(5), "tokenizer.chat_template must be"),
-        Case(GENERATE, "a tokenizer_config.json chat_template that is a number",
-             lambda t: M(hf_tokenizer_config(t, {"eos_token": "<|endoftext|>", "chat_template": 5})),
-             "chat_template must be"),
-        Case(GENERATE, "a chat_template list without a default",
-             lambda t: M(hf_tokenizer_config(t, {"eos_token": "<|endoftext|>",
-                                                  "chat_template": [{"name": "tool_use", "template": "x"}]})),
-             'no template named "default"'),
-        Case(GENERATE, "a GGUF without tokenizer.ggml.eos_token_id", lambda t: M(gguf(t, eos=None)), "eos_token_id"),
-        Case(GENERATE, "a GGUF whose bos_token_id is outside its vocabulary", lambda t: M(gguf(t, bos=512)),
-             "outside its vocabulary of 512"),
-        Case(GENERATE, "a GGUF with a NaN weight", lambda t: [*M(gguf_nan(t)), "--max-new-tokens", "4"],
-             "layers.1.feed_forward.w2.weight holds NaN"),
-        Case("chat", "a GGUF with a NaN weight", lambda t: ["--model", str(gguf_nan(t)), "--max-new-tokens", "4"],
-             "layers.1.feed_forward.w2.weight holds NaN", stdin="hi\n"),
-        Case(GENERATE, "a tokenizer.json without tokenizer_config.json", lambda t: M(hf_tokenizer_config(t, None)),
-             "no tokenizer_config.json"),
-        Case(GENERATE, "a tokenizer_config.json without eos_token", lambda t: M(hf_tokenizer_config(t, {})),
-             "names no eos_token"),
-        Case(GENERATE, "a tokenizer_config.json whose eos_token is not in the vocabulary",
-             lambda t: M(hf_tokenizer_config(t, {"eos_token": "</s>"})), "'</s>' is not in the vocabulary"),
-    ],
+    **LOADING,
     "eval": [
         Case("eval", "an unknown --variant", lambda t: ["--variant", "fp9"], "choose from"),
         Case("eval", "--tokens beyond the context", lambda t: ["--tokens", "600"], "context is 512"),
@@ -318,6 +81,16 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
              lambda t: ["--model", str(gguf(t, "Q4_0")), "--device", "cpu", "--new-tokens", "8",
                         "--weights", "q8_0"],
              "bench it without --weights"),
+        *[Case("bench decode", f"--dequantized with {' '.join(extra)}",
+               lambda t, extra=extra: ["--model", str(gguf(t, "Q4_1")), "--device", "cpu", "--new-tokens", "8",
+                                      "--dequantized", *extra],
+               needle) for extra, needle in ((["--weights", "q8_0"], "--dequantized times a file's blocks as floats"),
+                                             (["--fp8"], "--fp8 reads the file's blocks dequantized already"))],
+        Case("bench decode", "--dequantized on a file of float weights",
+             lambda t: ["--model", str(gguf(t)), "--device", "cpu", "--new-tokens", "8", "--dequantized"],
+             "no blocks to dequantize"),
+        Case("bench decode", "--dequantized with --random-weights", lambda t: [*BENCH, "--dequantized"],
+             "random weights are float"),
         Case("bench kernels", "on the CPU", lambda t: ["--device", "cpu"], "CUDA GPU"),
         Case("bench kernels", "--context with --prefill", lambda t: ["--prefill", "--context", "512"],
              "--context applies to the decode kernels"),
@@ -396,5 +169,6 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
     ],
 }
 CASES = [case for cases in CASES_BY_GROUP.values() for case in cases]
+
 
 

@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 from llamafast.cli import app
 from llamafast.load import bundled_model
 
+from .bad_input_case import Case
 from .bad_input_files import hf, truncate
-from .bad_inputs import CASES, Case
+from .bad_inputs import CASES
 
 ROOT = Path(__file__).resolve().parents[2]
 
