@@ -2,8 +2,8 @@
 # timed in the graphed step in two passes, at every K) against the committed choice (the step times ways only
 # where float activations were swept, K at most 2,048), one H200: `bench --random-weights --shape SHAPE` in Q8_0,
 # Q4_0 and Q4_K (llama-2-7b) or Q4_1 (any other shape), or WEIGHTS, bf16 beside them, tuned from scratch in a fresh
-# folder for each RUN: stock* as committed, steps* with steps.diff applied, in the order given (alternate them: a sweep's
-# winners differ from run to run, README.md).
+# folder for each RUN: stock* as committed, steps* with steps.diff applied, in the order given (alternate them: a
+# sweep's winners differ from run to run, README.md).
 #   [WEIGHTS=q8_0] bash scripts/experiments/q8_0_launches/run.sh OUTDIR SHAPE RUN...   e.g. llama-2-7b stock_1 steps_1
 . scripts/experiments/record.sh "$@"
 d=scripts/experiments/q8_0_launches
@@ -11,16 +11,11 @@ shape=${2:?usage: run.sh OUTDIR SHAPE RUN...}
 shift 2
 weights=q4_1
 [ "$shape" = llama-2-7b ] && weights=q8_0,q4_0,q4_k
-weights=${WEIGHTS:-$weights}
-tuned() {
-  LLAMAFAST_TUNE_DIR=$out/tune_$1 timeout 280 python3 -m llamafast bench --random-weights --shape "$shape" \
-    --weights $weights --backend triton --out "$out/bench_$1.json" > "$out/bench_$1.txt" 2>&1
-  logged "bench_$1" $?
-}
+model=(--random-weights --shape "$shape" --weights "${WEIGHTS:-$weights}")
 for run in "$@"; do
   case $run in
-    stock*) tuned "$shape-$run" ;;
-    steps*) applied $d/steps.diff tuned "$shape-$run" ;;
+    stock*) tuned_bench "$shape-$run" 280 "${model[@]}" ;;
+    steps*) applied $d/steps.diff tuned_bench "$shape-$run" 280 "${model[@]}" ;;
     *) echo "run names start with stock or steps: $run" >&2 ;;
   esac
 done

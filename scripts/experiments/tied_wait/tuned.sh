@@ -7,11 +7,7 @@
 #   bash scripts/experiments/tied_wait/tuned.sh OUTDIR
 . scripts/experiments/record.sh "$@"
 d=scripts/experiments/tied_wait
-tuned() {
-  LLAMAFAST_TUNE_DIR=$out/tune_$1 timeout 220 python3 -m llamafast bench --random-weights --shape smollm2-135m \
-    --weights q4_1 --backend triton --out "$out/bench_$1.json" > "$out/bench_$1.txt" 2>&1
-  logged "bench_$1" $?
-}
-reverted $d/ways.diff tuned stock
-tuned ways
+small=(--random-weights --shape smollm2-135m --weights q4_1)
+reverted $d/ways.diff tuned_bench stock 220 "${small[@]}"
+tuned_bench ways 220 "${small[@]}"
 grep -H -E "^│ triton|tuned" "$out"/bench_*.txt
