@@ -1,16 +1,18 @@
-"""A block GEMV's way of taking its activations, chosen by the whole decode step. Where K is small a Q8_0, Q4_0 or
-Q4_1 GEMV is swept three ways (tuning.sweep: after a quantize pass, rounding its own int8 blocks, or on float
-activations, GemvConfig.own_int8 and float_blocks), and the kernel timed alone and the kernel in the step disagree:
-under programmatic dependent launch a kernel's work before its wait overlaps the one before it in the step, and
-not in a sweep of back-to-back calls of itself. At SmolLM2-135M's shape on one H200, tuning alone kept QKV rounding
-its own, and the step ran 0.4038-0.4040 ms with QKV on float activations against 0.4055-0.4068
-(scripts/experiments/small_floats/h200_runs_of_8/). So each such GEMV's fastest launch of each way, and the float
-way's FLOATS fastest, are timed in the step (graphed, every layer, the LM head), one GEMV after another in the order
-of the model's jobs, each with the ways chosen before it, in PASSES passes; the step's fastest is kept (a tie keeps
-the sweep's winner). One pass with a 0.5% margin for the sweep's winner put the SmolLM2 Q4_1 file's wo behind a
-quantize pass, 6.5% short of bf16 (scripts/results/quant/smollm2_file_h200/1f5cae6/); this choice decodes it 1.1-1.4%
-faster than bf16 (079a548/), and random weights of its shape, tuned from scratch in one call, at 2,572.3 tok/s beside
-bf16's 2,536.9, against the one pass's 2,563.3 beside 2,560.9 (scripts/experiments/tied_wait/h200/tuned/).
+"""A block GEMV's launch, and its way of taking its activations, chosen by the whole decode step. A Q8_0, Q4_0 or
+Q4_1 GEMV is swept two ways, and three where K is small (tuning.sweep: after a quantize pass, rounding its own int8
+blocks, or on float activations, GemvConfig.own_int8 and float_blocks), and the kernel timed alone and the kernel
+in the step disagree: under programmatic dependent launch a kernel's work before its wait overlaps the one before
+it in the step, and not in a sweep of back-to-back calls of itself. At SmolLM2-135M's shape on one H200, tuning
+alone kept QKV rounding its own, and the step ran 0.4038-0.4040 ms with QKV on float activations against
+0.4055-0.4068 (scripts/experiments/small_floats/h200_runs_of_8/); at Llama-2-7B's, Q8_0's winners alone decoded
+433.0 tok/s and another run's, each within 2% of them alone, 461.2 (scripts/experiments/q8_0_launches/). So each
+block GEMV's TOP fastest launches of each way are timed in the step (graphed, every layer, the LM head), one GEMV
+after another in the order of the model's jobs, each with the launches chosen before it, in PASSES passes; the
+step's fastest is kept (a tie keeps the sweep's winner). One pass with a 0.5% margin for the sweep's winner put
+the SmolLM2 Q4_1 file's wo behind a quantize pass, 6.5% short of bf16
+(scripts/results/quant/smollm2_file_h200/1f5cae6/); two passes decode it 1.1-1.4% faster than bf16 (079a548/),
+and random weights of its shape, tuned from scratch in one call, at 2,572.3 tok/s beside bf16's 2,536.9, against
+the one pass's 2,563.3 beside 2,560.9 (scripts/experiments/tied_wait/h200/tuned/).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from llamafast.kernels.gemv import GemvConfig
 from llamafast.tuning.sweep import Sweep, Timer
 
 CONTEXT = 64  # positions of the scratch cache the step is timed in (tuning times a token's weights, not its cache)
-FLOATS = 2  # the float way's fastest launches offered: timed alone, the float loop's order is not the step's
+TOP = 2  # each way's fastest launches offered: timed alone, a GEMV's order of launches is not the step's
 PASSES = 2  # the second times each GEMV with every other's way chosen
 STEPS = 8  # steps captured in one graph, as the persistent step's candidates are timed (tuning/step.py)
 
@@ -33,15 +35,15 @@ def way(launch: GemvConfig) -> str:
 
 
 def offered(s: Sweep) -> list[GemvConfig]:
-    """The sweep's fastest launch of each way (the float way's FLOATS fastest), its winner first; empty where it
-    timed no float activations (the step's choice is for the GEMVs that can take them:
-    tuning.sweep.FLOAT_BLOCKS_MAX_K)."""
-    if not any(isinstance(launch, GemvConfig) and launch.float_blocks for launch in s.times):
+    """The sweep's TOP fastest launches of each way, its winner first; empty where it timed one way only (a float
+    or FP8 GEMV's launches: the step's choice is between a block GEMV's ways)."""
+    launches = list(s.times)
+    if not all(isinstance(launch, GemvConfig) for launch in launches) or len({way(x) for x in launches}) < 2:
         return []
     best: dict[str, list[GemvConfig]] = {}
-    for launch in sorted(s.times, key=s.times.get):
+    for launch in sorted(launches, key=s.times.get):
         kept = best.setdefault(way(launch), [])
-        if len(kept) < (FLOATS if launch.float_blocks else 1):
+        if len(kept) < TOP:
             kept.append(launch)
     return [launch for kept in best.values() for launch in kept]
 

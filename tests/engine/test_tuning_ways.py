@@ -1,7 +1,7 @@
-"""A block GEMV's way of taking its activations chosen by the decode step (llamafast/tuning/ways.py): each way's
-fastest launch (the float way's two fastest) is timed in the step in two passes, the step's fastest is kept (a tie
-keeps the sweep's winner), it is cached, and the step timed is the model's. Fake timers on the CPU, the kernels in
-Triton's interpreter."""
+"""A block GEMV's launch and way of taking its activations chosen by the decode step (llamafast/tuning/ways.py):
+each way's two fastest launches are timed in the step in two passes, the step's fastest is kept (a tie keeps the
+sweep's winner), it is cached, and the step timed is the model's. Fake timers on the CPU, the kernels in Triton's
+interpreter."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def model(state):
 
 class StepTimer:
     """cost() for a kernel alone; in the step, `gain` us of 10 less where wo takes float activations (the step is
-    offered the float way's two fastest launches of each GEMV)."""
+    offered each way's two fastest launches of each GEMV)."""
 
     def __init__(self, gain: float):
         self.gain, self.steps = gain, []
@@ -63,10 +63,12 @@ def test_offered_is_each_ways_fastest_winner_first():
     times = {a: 3.0, dataclasses.replace(a, own_int8=True): 1.0, dataclasses.replace(b, own_int8=True): 2.0,
              dataclasses.replace(a, float_blocks=True): 5.0, dataclasses.replace(b, float_blocks=True): 4.0, b: 6.0}
     s = Sweep("linear_residual[wo]", WO[1], 0, times, {})
-    assert ways.offered(s) == [dataclasses.replace(a, own_int8=True), a, dataclasses.replace(b, float_blocks=True),
-                               dataclasses.replace(a, float_blocks=True)]
+    own, floats = (dataclasses.replace(a, own_int8=True), dataclasses.replace(b, own_int8=True)), (
+        dataclasses.replace(b, float_blocks=True), dataclasses.replace(a, float_blocks=True))
+    assert ways.offered(s) == [*own, a, b, *floats]
     no_float = Sweep("linear_residual[wo]", WO[1], 0, {k: v for k, v in times.items() if not k.float_blocks}, {})
-    assert ways.offered(no_float) == []
+    assert ways.offered(no_float) == [*own, a, b]
+    assert ways.offered(Sweep("linear_residual[wo]", WO[1], 0, {a: 3.0, b: 6.0}, {})) == []
 
 
 @pytest.mark.parametrize("gain,moves", [(1.0, True), (0.0, False)])
@@ -81,7 +83,7 @@ def test_the_step_picks_the_way(state, gain, moves):
     assert done.launches[QKV].launch.own_int8 and tuned.backend.launches[WO[0]][WO[1]] == kept
     assert {job for job, _ in timer.steps} >= {WO, QKV}
     assert sorted(ways.way(launch) for job, launch in timer.steps if job == WO) == sorted(
-        (["float"] * ways.FLOATS + ["int8 pass", "own int8"]) * ways.PASSES)
+        ["float", "int8 pass", "own int8"] * ways.TOP * ways.PASSES)
     again = model(state)
     assert tuning.prepare(again, timer).missing == [] and again.backend.launches[WO[0]][WO[1]] == kept
 
