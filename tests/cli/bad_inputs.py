@@ -81,9 +81,8 @@ CASES_BY_GROUP: dict[str, list[Case]] = {
              lambda t: ["--model", str(gguf(t, "Q4_0")), "--device", "cpu", "--new-tokens", "8",
                         "--weights", "q8_0"],
              "bench it without --weights"),
-        *[Case("bench decode", f"--dequantized with {' '.join(extra)}",
-               lambda t, extra=extra: ["--model", str(gguf(t, "Q4_1")), "--device", "cpu", "--new-tokens", "8",
-                                      "--dequantized", *extra],
+        *[Case("bench decode", f"--dequantized with {' '.join(extra)}",  # before the 256 new tokens' refusal
+               lambda t, extra=extra: ["--model", str(gguf(t, "Q4_1")), "--device", "cpu", "--dequantized", *extra],
                needle) for extra, needle in ((["--weights", "q8_0"], "--dequantized times a file's blocks as floats"),
                                              (["--fp8"], "--fp8 reads the file's blocks dequantized already"))],
         Case("bench decode", "--dequantized on a file of float weights",

@@ -138,13 +138,13 @@ def _decode_options(model, tokenizer, random_weights, shape, device, dtype, conf
     if tp_comm and not ranks:
         raise LlamafastError("--tp-comm applies only to a tensor-parallel run (torchrun ... --tp N)")
     t = target(model, tokenizer, random_weights, shape, device, dtype, config, out, ranks)
+    blocks = block_copies(weights, t, fp8, ranks, dequantized)  # options that conflict, before any count
     n_prompt, n_new = token_counts(t, prompt_len, new_tokens)
     cache = n_prompt + n_new if context is None else context_size(context, t.config.max_seq_len)
     if cache < n_prompt + n_new:
         raise LlamafastError(f"--context {cache} holds fewer positions than the prompt ({n_prompt} tokens) plus "
                              f"--new-tokens {n_new}")
     backends = backend or ([t.run.backend] if t.run.backend else None)
-    blocks = block_copies(weights, t, fp8, ranks, dequantized)
     mixed = mixed_blocks(t, fp8, ranks, backends or [])
     if backends is None:
         cuda = t.device.type == "cuda"
