@@ -60,11 +60,20 @@ def cache_file(gpu: str, folder: Path | None = None, scratch: bool = False) -> P
 
 @functools.lru_cache(maxsize=1)  # the sources of a running process do not change; tuning and preloading both ask
 def kernel_hash() -> str:
-    """8 hex digits of the SHA-256 of the kernel files beside gemv.py (the decode kernels and what they share): a
-    kernel edited, or its committed table, starts a new file instead of trusting launches timed on old code."""
+    """source_hash of the kernel files beside gemv.py (the decode kernels and what they share) and of this
+    package's (the rules that pick their launches): a kernel edited, its committed table, or the way a winner is
+    chosen, starts a new file instead of trusting launches timed or chosen by old code (the step's choice of each
+    block GEMV's launch at every K lifted 7B Q8_0 from 428-464 to 455-465 tok/s on one H200,
+    scripts/experiments/q8_0_launches/: a file from before would have kept the old picks)."""
+    return source_hash((Path(gemv.__file__).parent, Path(__file__).parent))
+
+
+def source_hash(folders: tuple[Path, ...]) -> str:
+    """8 hex digits of the SHA-256 of the Python files of folders, in order."""
     digest = hashlib.sha256()
-    for path in sorted(Path(gemv.__file__).parent.glob("*.py")):
-        digest.update(path.read_bytes())
+    for folder in folders:
+        for path in sorted(folder.glob("*.py")):
+            digest.update(path.read_bytes())
     return digest.hexdigest()[:8]
 
 

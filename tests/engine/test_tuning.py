@@ -244,6 +244,19 @@ def test_the_folder_is_beside_tritons_cache_unless_set(tmp_path, monkeypatch):
     assert cache.tune_dir() == tmp_path / "triton" / "llamafast"
 
 
+def test_the_file_changes_with_a_kernel_or_a_rule_that_picks_launches(tmp_path):
+    kernels, rules = tmp_path / "kernels", tmp_path / "tuning"
+    for folder in (kernels, rules):
+        folder.mkdir()
+        (folder / "a.py").write_text("x = 1\n")
+    before = cache.source_hash((kernels, rules))
+    (rules / "a.py").write_text("x = 2\n")
+    assert cache.source_hash((kernels, rules)) != before
+    (rules / "a.py").write_text("x = 1\n")
+    assert cache.source_hash((kernels, rules)) == before
+    assert len(cache.kernel_hash()) == 8
+
+
 def test_opt_out_and_where_tuning_does_not_apply(monkeypatch, capsys):
     model = odd_model()
     if DEVICE.type == "cpu":
