@@ -1,6 +1,6 @@
-"""The on-disk cache of tuned launches: one JSON file per GPU model, Triton version and decode-kernel source, in
-$LLAMAFAST_TUNE_DIR or beside Triton's own cache (~/.triton/llamafast/ next to ~/.triton/cache/). Its entries
-join a model's launch tables under the committed ones, which stay authoritative."""
+"""The on-disk cache of tuned launches: one JSON file per GPU model, Triton version and source (the decode kernels'
+and the tuning rules'), in $LLAMAFAST_TUNE_DIR or beside Triton's own cache (~/.triton/llamafast/ next to
+~/.triton/cache/). Its entries join a model's launch tables under the committed ones, which stay authoritative."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def tune_dir() -> Path:
 
 
 def cache_file(gpu: str, folder: Path | None = None, scratch: bool = False) -> Path:
-    """The file for this GPU model, Triton version and kernel source; scratch: the file of a from-scratch tuning
+    """The file for this GPU model, Triton version and source (kernel_hash); scratch: the file of a from-scratch tuning
     (committed tables ignored), kept apart so that it never feeds ordinary runs."""
     import triton
 

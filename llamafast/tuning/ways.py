@@ -12,7 +12,10 @@ step's fastest is kept (a tie keeps the sweep's winner). One pass with a 0.5% ma
 the SmolLM2 Q4_1 file's wo behind a quantize pass, 6.5% short of bf16
 (scripts/results/quant/smollm2_file_h200/1f5cae6/); two passes decode it 1.1-1.4% faster than bf16 (079a548/),
 and random weights of its shape, tuned from scratch in one call, at 2,572.3 tok/s beside bf16's 2,536.9, against
-the one pass's 2,563.3 beside 2,560.9 (scripts/experiments/tied_wait/h200/tuned/).
+the one pass's 2,563.3 beside 2,560.9 (scripts/experiments/tied_wait/h200/tuned/). Offered at every K, not only
+where float activations were swept, the step's choice took 7B Q8_0 tuned from scratch six times to 455.4-464.8
+tok/s, where the sweep's winners alone decoded 427.8-464.0, and Q4_0 to 611.2 against 592.3, for about 20 s more
+tuning a format (scripts/experiments/q8_0_launches/h200_f509823/).
 """
 
 from __future__ import annotations
