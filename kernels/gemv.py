@@ -236,8 +236,8 @@ def use_pdl(w: Weight) -> bool:
     process per run: bf16 202.3/202.5 -> 207.7/207.6 tok/s on the H100 (+2.6%), +2.8% on the H200; FP8 E5M2
     345.6/346.1 -> 344.0/343.8 (-0.6%) on the H100, -3.7% on the H200 (an FP8 tile is half the bytes read ahead of
     the wait), so FP8 goes without; int8 activations, one process alternating (scripts/experiments/pdl_ab_int8.txt):
-    Q8_0 322.6 -> 346.0, Q4_0 470.2 -> 511.5, Q4_1 435.0 -> 458.6 on the H100. The K-quants' float loop has no
-    first tile read ahead: waiting first lost 2-4% (pdl_ab_kquants.txt), so they go without. A launch may take it
-    where this does not (GemvConfig.pdl): on an H200, 7B's FP8 GEMVs do, with launches the whole step chose under it
-    (kernels.ON_GPU)."""
+    Q8_0 322.6 -> 346.0, Q4_0 470.2 -> 511.5, Q4_1 435.0 -> 458.6 on the H100. The K-quants' float loop, which
+    had no first tile to read ahead, lost 2-4% under it (pdl_ab_kquants.txt); on int8 activations they read that
+    tile ahead as the other block formats do, and take it. A launch may take it where this does not
+    (GemvConfig.pdl): on an H200, 7B's FP8 GEMVs do, with launches the whole step chose under it (kernels.ON_GPU)."""
     return (w.fmt == WeightFormat.float or w.int8_activations) and pdl_capable(w.data.device)
