@@ -16,9 +16,10 @@ from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path[:0] = [str(HERE.parent), str(HERE.parent / "fp8_layout")]
 
 import torch  # noqa: E402
+from loop_sass import loop_bodies  # noqa: E402
 from push_sass import sass  # noqa: E402
 from step_spills import H100  # noqa: E402
 from triton.runtime import driver  # noqa: E402
@@ -62,22 +63,6 @@ def kinds(body: list[str]) -> dict[str, int]:
             op = m.group(1)
             counts[next((k for k in KINDS if op.startswith(k)), op)] += 1
     return dict(counts.most_common())
-
-
-def loop_bodies(listing: str) -> list[list[str]]:
-    """The lines of each loop's path through its body: a label's lines up to the first branch, the branch back
-    to it or one past a block that only some steps run (fp8_layout/loop_sass.loops's rule)."""
-    lines = listing.splitlines()
-    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line.strip()))}
-    out = []
-    for i, line in enumerate(lines):
-        m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
-        if m and labels.get(m.group(1), i) < i:
-            body = lines[labels[m.group(1)]:i]
-            body = body[:next((j for j, b in enumerate(body) if "BRA" in b), len(body))]
-            if len(body) > 10:
-                out.append(body)
-    return out
 
 
 def main(formats: list[str]) -> None:

@@ -23,9 +23,9 @@ from llamafast.config import Weight, WeightFormat  # noqa: E402
 from llamafast.kernels.gemv import launch_args  # noqa: E402
 
 
-def loops(listing: str) -> list[tuple[int, int, int]]:
-    """(instructions, LDG, FFMA) of each loop's path through its body: a label's lines up to the first branch,
-    the branch back to it or one past a block that only some steps run."""
+def loop_bodies(listing: str) -> list[list[str]]:
+    """The lines of each loop's path through its body: a label's lines up to the first branch, the branch back
+    to it or one past a block that only some steps run; loops of more than 10 lines."""
     lines = listing.splitlines()
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line.strip()))}
     out = []
@@ -33,9 +33,13 @@ def loops(listing: str) -> list[tuple[int, int, int]]:
         m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
         if m and labels.get(m.group(1), i) < i:
             body = lines[labels[m.group(1)]:i]
-            body = body[:next((j for j, b in enumerate(body) if "BRA" in b), len(body))]
-            out.append((len(body), sum("LDG" in b for b in body), sum("FFMA" in b for b in body)))
-    return [b for b in out if b[0] > 10]
+            out.append(body[:next((j for j, b in enumerate(body) if "BRA" in b), len(body))])
+    return [b for b in out if len(b) > 10]
+
+
+def loops(listing: str) -> list[tuple[int, int, int]]:
+    """(instructions, LDG, FFMA) of each loop_bodies body."""
+    return [(len(b), sum("LDG" in x for x in b), sum("FFMA" in x for x in b)) for b in loop_bodies(listing)]
 
 
 def compiled(name: str, key: tuple, cfg):
