@@ -19,6 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "fp8_layout")]
 
 import torch  # noqa: E402
+from llamafast.kernels.gemv import GemvConfig  # noqa: E402
 from loop_sass import loop_bodies  # noqa: E402
 from push_sass import sass  # noqa: E402
 from step_spills import H100  # noqa: E402
@@ -26,7 +27,6 @@ from triton.runtime import driver  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
 from llamafast.config import MODEL_CONFIGS, WeightFormat  # noqa: E402
-from llamafast.kernels.gemv import GemvConfig  # noqa: E402
 from llamafast.measure.registry import REGISTRY  # noqa: E402
 
 TUNED = HERE.parents[1] / "results" / "quant" / "tuned_7b_blocks_h200_c7ff84c.json"
