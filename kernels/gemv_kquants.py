@@ -59,7 +59,7 @@ def k_scales(s_ptr, rows, bk, K, mask, FMT: tl.constexpr):
     pair up within a super-block: hinted so (two contiguous, alignment unknown), the loads take the layout of the
     block sums they scale, and d and dmin, read transposed, the same; left to Triton, each tile moved them between
     layouts by warp shuffles and selects (Q4_K wo at 7B, sm_90a: 189 instructions a loop step against 139; 7B
-    Q4_K decode on one H200 569 tok/s against 530, scripts/experiments/block_sass/)."""
+    Q4_K decode on one H200 569 tok/s against 531, scripts/experiments/block_sass/)."""
     tl.static_assert(bk.shape[0] % 2 == 0, "a tile of whole block pairs")
     WORDS: tl.constexpr = _WORDS_Q6 if FMT == 8 else _WORDS_Q45
     row_words = rows.to(tl.int64) * (K // 256 * WORDS)
