@@ -21,7 +21,8 @@ print(importlib.import_module("llamafast.kernels.linear_residual")._linear_resid
 
 
 def key(first: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the compiled functions, not the interpreter's
+    # the compiled functions, not the interpreter's
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", PROBE, first], env=env, capture_output=True, text=True, check=True)
     return out.stdout.split()[-1]
 

@@ -8,11 +8,14 @@
 d=scripts/experiments/compile_ahead
 shift
 model=(--random-weights --shape llama-2-7b --weights q4_k)
-tests() {
+tests() {  # fails where either pytest run fails
+  local rc=0
   python3 $d/key_order.py > "$out/key_order.txt" 2>&1
   python3 -m pytest -q -p no:cacheprovider -rfE tests/engine/test_tuning_compile.py tests/kernels/test_cache_keys.py \
-    > "$out/tests.txt" 2>&1
-  python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/engine -k "tuning or tunes" >> "$out/tests.txt" 2>&1
+    > "$out/tests.txt" 2>&1 || rc=1
+  python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/engine -k "tuning or tunes" >> "$out/tests.txt" 2>&1 \
+    || rc=1
+  return $rc
 }
 applied $d/ahead.diff tests
 logged tests $?
