@@ -9,6 +9,10 @@ ON_GPU's entries over them on the GPU models it names) are never written: a mode
 tuning extends for its shapes (llamafast/tuning/).
 """
 
+import sys as _sys
+
+from ._common import INTERPRET as _INTERPRET
+from ._common import settle_cache_keys as _settle_cache_keys
 from .decode_attention import CONFIGS as _ATTENTION
 from .decode_attention import H200 as _ATTENTION_H200
 from .decode_attention import decode_attention
@@ -63,3 +67,8 @@ __all__ = [
     "prefill_linear_residual", "prefill_lm_head", "prefill_qkv_rope", "prefill_swiglu", "rmsnorm_lm_head",
     "rmsnorm_qkv_rope", "rmsnorm_swiglu", "sample_token", "sparse_ffn",
 ]
+
+# Every kernel's Triton cache key computed now, callees first, so that it is the same in every process
+# (_common.settle_cache_keys); the interpreter's functions have none.
+if not _INTERPRET:
+    _settle_cache_keys([m for name, m in list(_sys.modules.items()) if name.startswith(__name__ + ".")])

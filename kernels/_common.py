@@ -96,3 +96,58 @@ def decode_weights(w, W_FP8: tl.constexpr):
     elif W_FP8 == 2:
         w = w.to(tl.float8e4nv, bitcast=True)
     return w
+
+
+def settle_cache_keys(modules) -> int:
+    """Computes the cache key of every Triton function in modules, and of each function it calls first (callees
+    before callers); returns how many were computed. Triton folds a callee's global constants into its caller's key
+    only where the callee's key was computed before the caller's (triton 3.6, DependenciesFinder._update_hash),
+    so keys computed lazily at first launch depend on what the process launched before: `_linear_residual_kernel`'s
+    key differed after `_rmsnorm_swiglu_kernel`'s had been computed, and a process that launched them in the other
+    order missed the first's compiled kernels in the disk cache and compiled them again
+    (scripts/experiments/compile_ahead/). Callees first, every process computes the same keys."""
+    from triton.runtime.jit import JITFunction
+
+    done: set[int] = set()
+    for module in modules:
+        for fn in list(vars(module).values()):
+            if isinstance(fn, JITFunction):
+                _settle(fn, done)
+    return len(done)
+
+
+def _settle(fn, done: set[int]) -> None:
+    from triton.runtime.jit import JITCallable
+
+    if id(fn) in done:
+        return
+    done.add(id(fn))  # before the callees: a function that calls itself ends here
+    for callee in _callees(fn):
+        if isinstance(callee, JITCallable):
+            _settle(callee, done)
+    _ = fn.cache_key
+
+
+def _callees(fn) -> list:
+    """The values fn's source names, as Triton's DependenciesFinder resolves them: a global or nonlocal name, or an
+    attribute chain from one (tl.sum, gemv_tiles.load_tile)."""
+    import ast
+    import inspect
+
+    scope = {**fn.__globals__, **inspect.getclosurevars(fn.fn).nonlocals}
+    found = []
+
+    def resolve(node):
+        if isinstance(node, ast.Name):
+            return scope.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = resolve(node.value)
+            return None if base is None else getattr(base, node.attr, None)
+        return None
+
+    for node in ast.walk(fn.parse()):
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            value = resolve(node)
+            if value is not None and value is not fn:
+                found.append(value)
+    return found

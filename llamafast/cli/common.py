@@ -194,7 +194,11 @@ def say_tuned(tuned) -> None:
         return
     if tuned.done.warning:
         warn(f"{tuned.done.warning}; the launches hold for this run only")
-    err.print(f"[dim]tuned {len(tuned.done.launches)} kernel launches in {tuned.done.seconds:.1f} s[/dim]")
+    ahead = tuned.done.ahead
+    compiled = ""
+    if ahead and ahead.compiled:
+        compiled = f" ({ahead.compiled} kernels compiled first on {ahead.processes} processes)"
+    err.print(f"[dim]tuned {len(tuned.done.launches)} kernel launches in {tuned.done.seconds:.1f} s{compiled}[/dim]")
 
 
 # The most bytes read from a prompt file or standard input: Llama 2's 4,096-token context is some 16 KB of

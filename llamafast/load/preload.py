@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import json
 import threading
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 from llamafast.errors import LlamafastError
 from llamafast.formats.files import write_atomically
 from llamafast.settings import settings
+from llamafast.tuning.compiling import rebuilt
 
 VERSION = 1
 MOST = 256  # kernels a file keeps (prompt lengths add specializations); the first recorded stay
@@ -65,9 +65,7 @@ class KernelPreload:
             return
         for module, name, spec in self.listed:
             try:
-                if not module.startswith("llamafast.kernels."):  # the file names what gets imported: ours only
-                    raise ValueError(f"not a llamafast kernel: {module}")
-                kernel = _jit_function(module, name).preload(spec)
+                kernel = rebuilt(module, name, spec)  # the file names what gets imported: ours only
                 kernel._init_handles()  # the module onto the GPU, which the first launch would do
                 self.loaded += 1
             except Exception:  # noqa: BLE001 - a kernel of older code, a renamed one: its first launch loads it
@@ -143,10 +141,3 @@ def _read(path: Path) -> list[tuple[str, str, str]]:
         return [(str(k["module"]), str(k["name"]), str(k["specialization"])) for k in data["kernels"]]
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return []
-
-
-def _jit_function(module: str, qualname: str):
-    obj = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj

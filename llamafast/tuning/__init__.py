@@ -23,7 +23,7 @@ from llamafast.config import FP8Format, ModelConfig, WeightFormat
 from llamafast.kernels.gemv import gemv_key
 from llamafast.model import Transformer
 from llamafast.settings import settings
-from llamafast.tuning import cache, ways
+from llamafast.tuning import cache, compiling, ways
 from llamafast.tuning.cache import Entries, Entry
 from llamafast.tuning.step import step_job_key, sweep_step
 from llamafast.tuning.sweep import Sweep, Timer, graph_timer, sweep, sweep_splits, table_name
@@ -71,6 +71,7 @@ class Plan:
 class Tuned:
     launches: Entries  # the winners, by (table, key)
     seconds: float  # the whole sweep: inputs, compilation, timing
+    ahead: compiling.Ahead | None  # the candidates compiled ahead on worker processes (on a GPU)
     path: Path
     warning: str | None  # why they could not be saved, where they could not
 
@@ -144,8 +145,9 @@ def tune(plan: Plan) -> Tuned:
     sweeps: dict[tuple, Sweep] = {}  # by (table, key), for the step's choice of way (tuning/ways.py)
     on_gpu = torch.cuda.device(plan.device) if plan.device.type == "cuda" else contextlib.nullcontext()
     with on_gpu, _unwatched():
+        ahead = _compile_ahead(plan) if plan.device.type == "cuda" else None
         for job in plan.missing:
-            context = min(ATTENTION_CONTEXT, plan.config.max_seq_len) if job.kernel == "decode_attention" else 1
+            context = _context(plan, job)
             if job.kernel == "decode_step":
                 if not plan.ignore_committed:
                     cache.merge(plan.tables, won)  # attention's winner, which the step runs
@@ -170,7 +172,19 @@ def tune(plan: Plan) -> Tuned:
                 won.update({k: Entry(launch, sweeps[k].times[launch]) for k, launch in chosen.items()})
     header = {"device": plan.gpu, "triton": environment(plan.device)["triton"], "kernels": cache.kernel_hash()}
     warning = cache.save(plan.path, won, header)
-    return Tuned(won, time.perf_counter() - t0, plan.path, warning)
+    return Tuned(won, time.perf_counter() - t0, ahead, plan.path, warning)
+
+
+def _compile_ahead(plan: Plan) -> compiling.Ahead:
+    """The quick lists of plan's GEMV and attention sweeps compiled on worker processes (tuning/compiling.py):
+    attention's splits, chosen after its sweep, and the persistent step, one kernel a launch, compile as they run."""
+    sweeps = [(job.kernel, job.fp8, _context(plan, job)) for job in plan.missing if job.kernel != "decode_step"]
+    return compiling.compile_sweeps(sweeps, plan.config, plan.dtype, plan.device)
+
+
+def _context(plan: Plan, job: Job) -> int:
+    """The positions job's kernel is swept at."""
+    return min(ATTENTION_CONTEXT, plan.config.max_seq_len) if job.kernel == "decode_attention" else 1
 
 
 @contextlib.contextmanager

@@ -112,15 +112,33 @@ def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.de
           fp8: FP8Format | WeightFormat | None = None, context: int = 1, quick: bool = False,
           timer: Timer = graph_timer, most_sets: int | None = None) -> Sweep:
     """Times REGISTRY[kernel] at config's shape (context: attention's positions) with each candidate launch and
-    the default for the shape; fp8: FP8 or block weights (their candidates are the 1-byte ones, each also with
-    GemvConfig.own_int8, and with float_blocks where FLOAT_BLOCKS_MAX_K allows). On a GPU the calls cycle through
+    the default for the shape (sweep_launches); fp8: FP8 or block weights (their candidates are the 1-byte ones).
+    On a GPU the calls cycle through
     enough input sets to flush L2 between them (at most most_sets); elsewhere (Triton's interpreter) there is one
     set."""
     spec = REGISTRY[kernel]
     nbytes = spec.bytes_moved(config, dtype, context, fp8)
     make = functools.partial(spec.make_inputs, config, dtype, device, context, fp8)
     sets = input_sets(make, nbytes, most_sets) if device.type == "cuda" else [make()]
-    key, default = _key_and_default(kernel, sets[0][0])
+    key, candidates = sweep_launches(kernel, sets[0][0], fp8, quick)
+    times, failed = {}, {}
+    for launch in candidates:
+        try:
+            times[launch] = timer(functools.partial(spec.kernel, configs={key: launch}), sets)
+        except Exception as e:  # noqa: BLE001 (a launch the compiler rejects: registers, shared memory, ...)
+            failed[launch] = type(e).__name__
+    del sets
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return Sweep(kernel, key, nbytes, times, failed)
+
+
+def sweep_launches(kernel: str, args: tuple, fp8: FP8Format | WeightFormat | None = None,
+                   quick: bool = False) -> tuple[tuple, list[Launch]]:
+    """The table key of REGISTRY[kernel] called with args, and the launches sweep times for it, each once: the
+    candidates and the default for the key (block weights: each also with GemvConfig.own_int8, and with
+    float_blocks where FLOAT_BLOCKS_MAX_K allows)."""
+    key, default = _key_and_default(kernel, args)
     if kernel == "decode_attention":
         candidates = [*attention_candidates(quick), default]
     else:
@@ -130,16 +148,7 @@ def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.de
             candidates = [*every, *(dataclasses.replace(launch, own_int8=True) for launch in every)]
             if fp8 in FLOAT_FORMATS and key[1] <= FLOAT_BLOCKS_MAX_K:  # and on float activations
                 candidates += [dataclasses.replace(launch, float_blocks=True) for launch in every]
-    times, failed = {}, {}
-    for launch in dict.fromkeys(candidates):
-        try:
-            times[launch] = timer(functools.partial(spec.kernel, configs={key: launch}), sets)
-        except Exception as e:  # noqa: BLE001 (a launch the compiler rejects: registers, shared memory, ...)
-            failed[launch] = type(e).__name__
-    del sets
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return Sweep(kernel, key, nbytes, times, failed)
+    return key, list(dict.fromkeys(candidates))
 
 
 def sweep_splits(config: ModelConfig, dtype: torch.dtype, device: torch.device, launch: AttentionConfig,
