@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ContextManager
 
 import torch
 
@@ -26,6 +26,9 @@ from llamafast.load.preload import KernelPreload, preloading
 
 if TYPE_CHECKING:
     from llamafast import tuning
+
+# What a caller's before-tuning hook may return: a context manager yielding a (phase, done, total) callback.
+Shown = ContextManager[Callable[[str, int, int], None]]
 
 
 @dataclass
@@ -50,9 +53,11 @@ class Startup:
         return self.preload.loaded if self.preload else 0
 
 
-def tune(model, before: Callable[[tuning.Plan], None] | None = None, timer=None) -> Tuning | None:
+def tune(model, before: Callable[[tuning.Plan], Shown | None] | None = None, timer=None) -> Tuning | None:
     """Tunes model's decode launches for the shapes no table holds (once per GPU, cached); None where tuning does
-    not apply. before(plan) hears of the plan first: a sweep (plan.missing) takes seconds."""
+    not apply. before(plan) hears of the plan first, since a sweep (plan.missing) takes seconds, and may return a
+    context manager whose (phase, done, total) callback hears of the sweep's progress (tuning.tune) while it
+    runs."""
     if not model.backend.name.fused:  # the other backends launch no tuned kernels (and import no triton)
         return None
     from llamafast import tuning
@@ -60,12 +65,14 @@ def tune(model, before: Callable[[tuning.Plan], None] | None = None, timer=None)
     plan = tuning.prepare(model, timer)
     if plan is None:
         return None
-    if before is not None:
-        before(plan)
-    return Tuning(plan, tuning.tune(plan) if plan.missing else None)
+    shown = before(plan) if before is not None else None
+    if not plan.missing:
+        return Tuning(plan, None)
+    with shown if shown is not None else contextlib.nullcontext() as progress:
+        return Tuning(plan, tuning.tune(plan, progress))
 
 
-def ready_built(lm: LoadedModel, before_tuning: Callable[[tuning.Plan], None] | None = None) -> Startup:
+def ready_built(lm: LoadedModel, before_tuning: Callable[[tuning.Plan], Shown | None] | None = None) -> Startup:
     """A model built from a ready one (load.quantized's FP8 copy) tuned as ready() tunes its own: its weight format
     can need launches the first lacked."""
     return Startup(lm.load_s, tune(lm.model, before_tuning))
@@ -80,7 +87,7 @@ def ready(
     fp8: FP8Format | None = None,
     progress=None,
     ranks=None,
-    before_tuning: Callable[[tuning.Plan], None] | None = None,
+    before_tuning: Callable[[tuning.Plan], Shown | None] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> Iterator[tuple[LoadedModel, Startup]]:
     """Loads source's weights onto device (a checkpoint opened by open_model, or random weights of the shape named;

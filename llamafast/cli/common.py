@@ -122,13 +122,15 @@ def progress_bar(description: str = "loading weights"):
 
 class phase_progress:
     """Yields a (phase, done, total) callback that shows a rich bar of counted steps on stderr per phase
-    (sparsify: loading, calibrating, writing; eval: scoring)."""
+    (sparsify: loading, calibrating, writing; eval: scoring; tuning: compiling, timing); nothing where stderr is no
+    terminal (a log would get a blank line where the bar ends)."""
 
     def __enter__(self):
         self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                             TimeRemainingColumn(), console=err, transient=True)
         self.tasks: dict[str, int] = {}
-        self.bar.start()
+        if err.is_terminal:
+            self.bar.start()
         return self.update
 
     def update(self, phase: str, done: int, total: int) -> None:
@@ -137,7 +139,8 @@ class phase_progress:
         self.bar.update(self.tasks[phase], completed=done, total=total)
 
     def __exit__(self, *exc):
-        self.bar.stop()
+        if self.bar.live.is_started:
+            self.bar.stop()
 
 
 def device_or_default(name: str | None):
@@ -179,13 +182,16 @@ def context_size(context: int | None, model_context: int) -> int:
     return size
 
 
-def say_tuning(plan) -> None:
-    """A tuning plan as it starts: a cache it ignores, and the sweep it runs for a new shape."""
+def say_tuning(plan) -> phase_progress | None:
+    """A tuning plan as it starts: a cache it ignores, and the sweep it runs for a new shape, then its progress
+    (a bar per phase: kernels compiled, launches timed)."""
     if plan.warning:
         warn(plan.warning)
-    if plan.missing:
-        err.print(f"[dim]tuning decode kernels for a new shape on {escape(plan.gpu)} (once; saved to "
-                  f"{escape(str(plan.path))})[/dim]")
+    if not plan.missing:
+        return None
+    err.print(f"[dim]tuning decode kernels for a new shape on {escape(plan.gpu)} (once; saved to "
+              f"{escape(str(plan.path))})[/dim]")
+    return phase_progress()
 
 
 def say_tuned(tuned) -> None:

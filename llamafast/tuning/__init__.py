@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,51 +136,69 @@ def prepare(model: Transformer, timer: Timer | None = None, folder: Path | None 
                 tables, model)
 
 
-def tune(plan: Plan) -> Tuned:
+SWEEPING = "timing launches"  # progress's phases after compiling.PHASE
+IN_STEP = "timing launches in the decode step"
+
+
+def tune(plan: Plan, progress: compiling.Progress | None = None) -> Tuned:
     """Sweeps each missing key's quick list (inputs from the kernel registry at the model's shape), keeps the
     fastest launch (a block GEMV that can take float activations: its way as the model's step times it,
     tuning/ways.py; not with ignore_committed, whose tables the winners never join), merges the winners into the
-    model's tables and saves them."""
+    model's tables and saves them. progress(phase, done, total) hears of each kernel compiled, sweep and step
+    timed."""
     t0 = time.perf_counter()
     won: Entries = {}
     sweeps: dict[tuple, Sweep] = {}  # by (table, key), for the step's choice of way (tuning/ways.py)
     on_gpu = torch.cuda.device(plan.device) if plan.device.type == "cuda" else contextlib.nullcontext()
     with on_gpu, _unwatched():
-        ahead = _compile_ahead(plan) if plan.device.type == "cuda" else None
-        for job in plan.missing:
-            context = _context(plan, job)
-            if job.kernel == "decode_step":
-                if not plan.ignore_committed:
-                    cache.merge(plan.tables, won)  # attention's winner, which the step runs
-                s = sweep_step(plan.model, plan.timer)
-            else:
-                s = sweep(job.kernel, plan.config, plan.dtype, plan.device, job.fp8, context, quick=True,
-                          timer=plan.timer, most_sets=MOST_SETS)
-            assert s.key == job.key, f"{job.kernel}: the registry's inputs give key {s.key}, the model {job.key}"
-            if s.best is None:  # every launch failed: the kernel keeps its default
-                continue
-            launch = s.best
-            if job.kernel == "decode_attention":  # then its splits, at the lengths a chat's cache runs at
-                cut = sweep_splits(plan.config, plan.dtype, plan.device, launch, context, plan.timer, MOST_SETS)
-                launch = launch if cut is None or cut.best is None else cut.best
-            won[(job.table, job.key)] = Entry(launch, s.times[s.best])
-            sweeps[(job.table, job.key)] = s
+        ahead = _compile_ahead(plan, progress) if plan.device.type == "cuda" else None
+        if progress is not None:
+            progress(SWEEPING, 0, len(plan.missing))
+        for done, job in enumerate(plan.missing, 1):
+            s = _swept(plan, job, won)
+            if s.best is not None:  # else every launch failed: the kernel keeps its default
+                launch = s.best
+                if job.kernel == "decode_attention":  # then its splits, at the lengths a chat's cache runs at
+                    cut = sweep_splits(plan.config, plan.dtype, plan.device, launch, _context(plan, job), plan.timer,
+                                       MOST_SETS)
+                    launch = launch if cut is None or cut.best is None else cut.best
+                won[(job.table, job.key)] = Entry(launch, s.times[s.best])
+                sweeps[(job.table, job.key)] = s
+            if progress is not None:
+                progress(SWEEPING, done, len(plan.missing))
         if not plan.ignore_committed:
             cache.merge(plan.tables, won)
             offers = {k: launches for k, s in sweeps.items() if (launches := ways.offered(s))}
             if offers and plan.model.backend.layers is None:  # the per-op step: a persistent one runs none of them
-                chosen = ways.choose(plan.model, plan.tables, offers, plan.timer)
+                chosen = ways.choose(plan.model, plan.tables, offers, plan.timer, _phase(progress, IN_STEP))
                 won.update({k: Entry(launch, sweeps[k].times[launch]) for k, launch in chosen.items()})
     header = {"device": plan.gpu, "triton": environment(plan.device)["triton"], "kernels": cache.kernel_hash()}
     warning = cache.save(plan.path, won, header)
     return Tuned(won, time.perf_counter() - t0, ahead, plan.path, warning)
 
 
-def _compile_ahead(plan: Plan) -> compiling.Ahead:
+def _swept(plan: Plan, job: Job, won: Entries) -> Sweep:
+    """job's sweep (the persistent step's on the winners so far, won)."""
+    if job.kernel == "decode_step":
+        if not plan.ignore_committed:
+            cache.merge(plan.tables, won)  # attention's winner, which the step runs
+        s = sweep_step(plan.model, plan.timer)
+    else:
+        s = sweep(job.kernel, plan.config, plan.dtype, plan.device, job.fp8, _context(plan, job), quick=True,
+                  timer=plan.timer, most_sets=MOST_SETS)
+    assert s.key == job.key, f"{job.kernel}: the registry's inputs give key {s.key}, the model {job.key}"
+    return s
+
+
+def _phase(progress: compiling.Progress | None, phase: str) -> Callable[[int, int], None] | None:
+    return None if progress is None else lambda done, total: progress(phase, done, total)
+
+
+def _compile_ahead(plan: Plan, progress: compiling.Progress | None) -> compiling.Ahead:
     """The quick lists of plan's GEMV and attention sweeps compiled on worker processes (tuning/compiling.py):
     attention's splits, chosen after its sweep, and the persistent step, one kernel a launch, compile as they run."""
     sweeps = [(job.kernel, job.fp8, _context(plan, job)) for job in plan.missing if job.kernel != "decode_step"]
-    return compiling.compile_sweeps(sweeps, plan.config, plan.dtype, plan.device)
+    return compiling.compile_sweeps(sweeps, plan.config, plan.dtype, plan.device, progress=progress)
 
 
 def _context(plan: Plan, job: Job) -> int:

@@ -19,9 +19,11 @@ import functools
 import importlib
 import json
 import os
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -34,9 +36,12 @@ from llamafast.measure.registry import REGISTRY
 from llamafast.tuning.sweep import sweep_launches
 
 MOST_WORKERS = 16
+PHASE = "compiling kernels"  # the progress callback's phase name
 
 # One call of a kernel wrapper: the callable and its (args, kwargs).
 Call = tuple[Callable, tuple[tuple, dict]]
+# (phase, done, total), as tuning.tune reports its progress.
+Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -48,9 +53,11 @@ class Ahead:
 
 
 def compile_sweeps(sweeps: Iterable[tuple[str, FP8Format | WeightFormat | None, int]], config: ModelConfig,
-                   dtype: torch.dtype, device: torch.device, quick: bool = True) -> Ahead:
+                   dtype: torch.dtype, device: torch.device, quick: bool = True,
+                   progress: Progress | None = None) -> Ahead:
     """The kernels of each (registry kernel, weight format, context) sweep's launches (sweep.sweep_launches) at
-    config's shape compiled ahead on worker processes; one input set at a time."""
+    config's shape compiled ahead on worker processes; one input set at a time. progress hears of each kernel
+    the workers finish (PHASE)."""
     t0 = time.perf_counter()
     kernels: dict[str, tuple[str, str, str]] = {}
     for kernel, fp8, context in sweeps:
@@ -61,7 +68,7 @@ def compile_sweeps(sweeps: Iterable[tuple[str, FP8Format | WeightFormat | None, 
         kernels.update({k[2]: k for k in listed(calls)})
         del inputs, calls
     processes = min(workers(), len(kernels))
-    compiled = compile_ahead(list(kernels.values()), processes)
+    compiled = compile_ahead(list(kernels.values()), processes, progress=progress)
     return Ahead(len(kernels), compiled, processes, time.perf_counter() - t0)
 
 
@@ -96,11 +103,13 @@ def listed(calls: Iterable[Call]) -> list[tuple[str, str, str]]:
     return [(module, name, spec) for spec, (module, name) in found.items()]
 
 
-def compile_ahead(kernels: list[tuple[str, str, str]], processes: int, timeout: float = 600.0) -> int:
+def compile_ahead(kernels: list[tuple[str, str, str]], processes: int, timeout: float = 600.0,
+                  progress: Progress | None = None) -> int:
     """Compiles kernels (listed's) into Triton's disk cache on worker processes, each a fresh Python given its share
     of the list in a file (not multiprocessing's spawn, which imports the caller's main module in every worker) with
-    this process's environment and import path; returns how many compiled. Nothing is raised: a worker that cannot
-    start, fails or runs past timeout seconds leaves its kernels to their first launch."""
+    this process's environment and import path; returns how many compiled, as the workers report each kernel
+    (progress hears of each, on this thread). Nothing is raised: a worker that cannot start, fails or runs past
+    timeout seconds leaves its kernels from there on to their first launch."""
     if not kernels:
         return 0
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
@@ -112,26 +121,55 @@ def compile_ahead(kernels: list[tuple[str, str, str]], processes: int, timeout: 
             with contextlib.suppress(OSError):
                 workers.append(subprocess.Popen([sys.executable, "-c", WORKER, str(listing), str(share), str(processes)],
                                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True))
-        return sum(_compiled(worker, timeout) for worker in workers)
+        return _collected(workers, len(kernels), time.monotonic() + timeout, progress)
 
 
 WORKER = "import sys; from llamafast.tuning.compiling import work; work(*sys.argv[1:])"
 
 
 def work(listing: str, share: str, shares: str) -> None:
-    """A worker's body: its share of the kernels in the listing file compiled; prints how many compiled."""
-    kernels = json.loads(Path(listing).read_text())[int(share)::int(shares)]
-    print(sum(_compile(module, name, spec) for module, name, spec in kernels))
+    """A worker's body: its share of the kernels in the listing file compiled, one line for each as it ends (1:
+    compiled, 0: not)."""
+    for module, name, spec in json.loads(Path(listing).read_text())[int(share)::int(shares)]:
+        print(int(_compile(module, name, spec)), flush=True)
 
 
-def _compiled(worker: subprocess.Popen, timeout: float) -> int:
-    try:
-        out, _ = worker.communicate(timeout=timeout)
-        return int(out.split()[-1]) if worker.returncode == 0 and out.split() else 0
-    except (subprocess.TimeoutExpired, ValueError):
-        worker.kill()
-        worker.communicate()
-        return 0
+def _collected(workers: list[subprocess.Popen], total: int, deadline: float, progress: Progress | None) -> int:
+    """The kernels the workers report compiled before the deadline (a line that is no count counts nothing);
+    then every worker is ended."""
+    lines: queue.Queue = queue.Queue()
+    readers = [threading.Thread(target=_forward, args=(worker.stdout, lines), daemon=True) for worker in workers]
+    for reader in readers:
+        reader.start()
+    compiled, ended, running = 0, 0, len(readers)
+    while running:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:  # past the deadline
+            break
+        if line is None:
+            running -= 1
+            continue
+        with contextlib.suppress(ValueError):
+            compiled += int(line)
+        ended += 1
+        if progress is not None:
+            progress(PHASE, min(ended, total), total)
+    for worker in workers:
+        if worker.poll() is None:
+            worker.kill()
+        worker.wait()
+    for reader in readers:
+        reader.join()
+    return compiled
+
+
+def _forward(stream, lines: queue.Queue) -> None:
+    """A worker's output lines into lines, then None."""
+    for line in stream:
+        lines.put(line)
+    stream.close()
+    lines.put(None)
 
 
 def _compile(module: str, name: str, specialization: str) -> bool:

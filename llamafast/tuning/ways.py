@@ -21,6 +21,7 @@ tuning a format (scripts/experiments/q8_0_launches/h200_f509823/).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -51,21 +52,23 @@ def offered(s: Sweep) -> list[GemvConfig]:
     return [launch for kept in best.values() for launch in kept]
 
 
-def choose(model, tables: dict[str, dict], offers: dict[tuple, list[GemvConfig]], timer: Timer) -> dict[tuple,
-                                                                                                       GemvConfig]:
+def choose(model, tables: dict[str, dict], offers: dict[tuple, list[GemvConfig]], timer: Timer,
+           progress: Callable[[int, int], None] | None = None) -> dict[tuple, GemvConfig]:
     """{(table, key): the launch kept} for each GEMV of offers (its launches, the sweep's winner first), timed in
     model's decode step (timer: tuning.sweep.Timer, called with the step bound to configs={key: launch}); tables
-    (the model's) hold each choice as the next GEMV is timed."""
+    (the model's) hold each choice as the next GEMV is timed. progress(done, total) hears of each GEMV timed."""
     if model.cache_len < CONTEXT:
         model.setup_cache(CONTEXT)  # scratch: an Engine sets up its own cache of its length
     w = model.tok_embeddings.weight
     sets = [((torch.ones(1, dtype=torch.long, device=w.device), torch.tensor(CONTEXT // 2, device=w.device)), {})]
     chosen = {}
-    for _ in range(PASSES):
-        for (table, key), launches in offers.items():
+    for n in range(PASSES):
+        for i, ((table, key), launches) in enumerate(offers.items(), 1):
             times = {launch: timer(functools.partial(_step, model, table, configs={key: launch}), sets * STEPS)
                      for launch in launches}
             tables[table][key] = chosen[(table, key)] = min(times, key=times.get)
+            if progress is not None:
+                progress(n * len(offers) + i, PASSES * len(offers))
     return chosen
 
 

@@ -214,6 +214,7 @@ def test_the_cli_says_so_once(capsys):
     first = capsys.readouterr().err
     assert "tuning decode kernels for a new shape on" in first and "(once; saved to" in first
     assert "tuned 6 kernel launches in" in first
+    assert len(first.splitlines()) == 2  # the progress bars draw on a terminal only: no blank line in a log
     tune_and_say(odd_model(), FakeTimer())  # as in a new process: the file has them
     assert capsys.readouterr().err == ""
 

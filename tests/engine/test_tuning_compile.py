@@ -33,14 +33,16 @@ def test_the_workers_compile_only_llamafast_kernels_and_never_raise():
     assert compiling.compile_ahead([], 4) == 0
 
 
-def test_workers_that_cannot_start_fail_or_hang_compile_nothing(monkeypatch):
+def test_workers_that_cannot_start_fail_or_hang_compile_nothing_more(monkeypatch):
+    """What each worker reports compiled is summed, up to where it fails or runs out of time (those kernels are
+    in the disk cache); a line that is no count counts nothing."""
     kernels = [("llamafast.kernels.gemv", "x", "{}")]
-    monkeypatch.setattr(compiling, "WORKER", "print(5)")  # what each worker says it compiled is summed
+    monkeypatch.setattr(compiling, "WORKER", "print(5)")
     assert compiling.compile_ahead(kernels, 2) == 10
-    monkeypatch.setattr(compiling, "WORKER", "print(5); raise SystemExit(3)")
-    assert compiling.compile_ahead(kernels, 2) == 0
-    monkeypatch.setattr(compiling, "WORKER", "import time; time.sleep(60)")
-    assert compiling.compile_ahead(kernels, 1, timeout=1.0) == 0
+    monkeypatch.setattr(compiling, "WORKER", "print(1); print('Traceback'); raise SystemExit(3)")
+    assert compiling.compile_ahead(kernels, 2) == 2
+    monkeypatch.setattr(compiling, "WORKER", "import time; print(1, flush=True); time.sleep(60)")
+    assert compiling.compile_ahead(kernels, 1, timeout=3.0) == 1
 
     def refused(*args, **kwargs):
         raise OSError("no processes here")
@@ -52,8 +54,16 @@ def test_workers_that_cannot_start_fail_or_hang_compile_nothing(monkeypatch):
 def test_a_worker_compiles_its_share_of_the_listing(tmp_path, capsys):
     listing = tmp_path / "kernels.json"
     listing.write_text(json.dumps([["os", "system", "{}"]] * 5))
-    compiling.work(str(listing), "1", "2")  # entries 1 and 3, neither a llamafast kernel
-    assert capsys.readouterr().out == "0\n"
+    compiling.work(str(listing), "1", "2")  # entries 1 and 3, neither a llamafast kernel: one line each
+    assert capsys.readouterr().out == "0\n0\n"
+
+
+def test_progress_hears_of_each_kernel_a_worker_ends(monkeypatch):
+    monkeypatch.setattr(compiling, "WORKER", "print(1); print(0); print(1)")
+    heard = []
+    kernels = [("llamafast.kernels.gemv", "x", "{}")] * 6
+    assert compiling.compile_ahead(kernels, 2, progress=lambda *a: heard.append(a)) == 4
+    assert heard == [(compiling.PHASE, n, 6) for n in range(1, 7)]
 
 
 def test_the_listing_restores_the_cache_hook_and_survives_a_failing_call():

@@ -107,3 +107,14 @@ def test_the_step_timed_is_the_models(state):
     rounded = ways._step(m, WO[0], tokens, pos, configs={WO[1]: own})
     assert m.backend.launches[WO[0]][WO[1]] == own
     assert not torch.allclose(rounded, expected, **tolerance(torch.float32))
+
+
+def test_progress_hears_of_each_sweep_then_each_gemv_timed_in_the_step(state):
+    heard = []
+    plan = tuning.prepare(model(state), StepTimer(0.0))
+    tuning.tune(plan, lambda *a: heard.append(a))
+    n = len(plan.missing)
+    assert [h for h in heard if h[0] == tuning.SWEEPING] == [(tuning.SWEEPING, i, n) for i in range(n + 1)]
+    steps = [h for h in heard if h[0] == tuning.IN_STEP]
+    assert [done for _, done, _ in steps] == list(range(1, len(steps) + 1)) and steps[-1][2] == len(steps) >= 2
+    assert heard.index((tuning.SWEEPING, n, n)) < heard.index(steps[0])
