@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ContextManager
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from llamafast import tuning
 
 # What a caller's before-tuning hook may return: a context manager yielding a (phase, done, total) callback.
-Shown = ContextManager[Callable[[str, int, int], None]]
+Shown = contextlib.AbstractContextManager[Callable[[str, int, int], None]]
 
 
 @dataclass
