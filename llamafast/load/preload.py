@@ -22,7 +22,6 @@ import torch
 from llamafast.errors import LlamafastError
 from llamafast.formats.files import write_atomically
 from llamafast.settings import settings
-from llamafast.tuning.compiling import rebuilt
 
 VERSION = 1
 MOST = 256  # kernels a file keeps (prompt lengths add specializations); the first recorded stay
@@ -58,6 +57,8 @@ class KernelPreload:
 
     def _preload(self) -> None:
         try:
+            from llamafast.tuning.compiling import rebuilt  # here: importing this module imports no triton
+
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)  # this thread's current device: Triton loads onto it
         except Exception as e:  # noqa: BLE001 - the kernels still load at their first launch

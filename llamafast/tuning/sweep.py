@@ -113,9 +113,8 @@ def sweep(kernel: str, config: ModelConfig, dtype: torch.dtype, device: torch.de
           timer: Timer = graph_timer, most_sets: int | None = None) -> Sweep:
     """Times REGISTRY[kernel] at config's shape (context: attention's positions) with each candidate launch and
     the default for the shape (sweep_launches); fp8: FP8 or block weights (their candidates are the 1-byte ones).
-    On a GPU the calls cycle through
-    enough input sets to flush L2 between them (at most most_sets); elsewhere (Triton's interpreter) there is one
-    set."""
+    On a GPU the calls cycle through enough input sets to flush L2 between them (at most most_sets); elsewhere
+    (Triton's interpreter) there is one set."""
     spec = REGISTRY[kernel]
     nbytes = spec.bytes_moved(config, dtype, context, fp8)
     make = functools.partial(spec.make_inputs, config, dtype, device, context, fp8)

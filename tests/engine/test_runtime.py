@@ -3,6 +3,9 @@ copy, as bench makes) is tuned and reported the same way."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import torch
 
 from llamafast.config import FP8Format
@@ -20,3 +23,11 @@ def test_random_weights_and_their_fp8_copy_are_readied():
         copy = quantized(lm, FP8Format.e5m2)
         again = ready_built(copy)
         assert copy.weights == "fp8_e5m2" and again.load_s == copy.load_s and again.tuning is None
+
+
+def test_importing_the_runtime_imports_no_triton():
+    """The reference and compile backends import no Triton (runtime.tune): kernel preloading and tuning import it
+    when a fused backend runs."""
+    code = "import sys, llamafast.runtime; print(sorted({'triton', 'llamafast.tuning'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[-2] == "[]"
