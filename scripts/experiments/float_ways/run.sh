@@ -12,7 +12,7 @@ for r in ${@:-new_1 old_1 new_2 old_2}; do
     rm -rf "$LLAMAFAST_TUNE_DIR"
     if [ "${r%_*}" = new ]; then cmd="python3 -m llamafast"; else cmd="python3 scripts/experiments/float_ways/old_rule.py"; fi
     echo "# $cmd $bench  (LLAMAFAST_TUNE_DIR fresh)" > "$out/$r.txt"
-    timeout 150 $cmd $bench >> "$out/$r.txt" 2>&1
+    timeout ${RUN_LIMIT:-150} $cmd $bench >> "$out/$r.txt" 2>&1
     echo "$r: exit $? ${SECONDS}s" | tee -a "$out/log.txt"
     echo "# the tuning file" >> "$out/$r.txt"
     cat "$LLAMAFAST_TUNE_DIR"/*/*.json "$LLAMAFAST_TUNE_DIR"/*.json >> "$out/$r.txt" 2>/dev/null
