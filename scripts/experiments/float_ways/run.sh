@@ -7,14 +7,12 @@ out=$1; shift; mkdir -p "$out"
 . scripts/gpu_env.sh || exit 1
 bench="bench --random-weights --shape llama-2-13b --fp8 --backend triton"
 for r in ${@:-new_1 old_1 new_2 old_2}; do
-  {
-    export LLAMAFAST_TUNE_DIR=/tmp/float_ways_$r
-    rm -rf "$LLAMAFAST_TUNE_DIR"
-    if [ "${r%_*}" = new ]; then cmd="python3 -m llamafast"; else cmd="python3 scripts/experiments/float_ways/old_rule.py"; fi
-    echo "# $cmd $bench  (LLAMAFAST_TUNE_DIR fresh)" > "$out/$r.txt"
-    timeout ${RUN_LIMIT:-150} $cmd $bench >> "$out/$r.txt" 2>&1
-    echo "$r: exit $? ${SECONDS}s" | tee -a "$out/log.txt"
-    echo "# the tuning file" >> "$out/$r.txt"
-    cat "$LLAMAFAST_TUNE_DIR"/*/*.json "$LLAMAFAST_TUNE_DIR"/*.json >> "$out/$r.txt" 2>/dev/null
-  }
+  export LLAMAFAST_TUNE_DIR=/tmp/float_ways_$r
+  rm -rf "$LLAMAFAST_TUNE_DIR"
+  if [ "${r%_*}" = new ]; then cmd="python3 -m llamafast"; else cmd="python3 scripts/experiments/float_ways/old_rule.py"; fi
+  echo "# $cmd $bench  (LLAMAFAST_TUNE_DIR fresh)" > "$out/$r.txt"
+  timeout ${RUN_LIMIT:-150} $cmd $bench >> "$out/$r.txt" 2>&1
+  echo "$r: exit $? ${SECONDS}s" | tee -a "$out/log.txt"
+  echo "# the tuning file" >> "$out/$r.txt"
+  cat "$LLAMAFAST_TUNE_DIR"/*/*.json "$LLAMAFAST_TUNE_DIR"/*.json >> "$out/$r.txt" 2>/dev/null
 done
