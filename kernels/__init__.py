@@ -19,6 +19,7 @@ from .decode_attention import decode_attention
 from .decode_step import CONFIGS as _DECODE_STEP
 from .dequantize_blocks import dequantize_blocks
 from .linear_residual import CONFIGS as _LINEAR_RESIDUAL
+from .linear_residual import H100 as _LINEAR_RESIDUAL_H100
 from .linear_residual import H200 as _LINEAR_RESIDUAL_H200
 from .prefill.flash_attention import flash_attention
 from .linear_residual import linear_residual
@@ -26,12 +27,15 @@ from .prefill.prefill_linear import prefill_linear_residual, prefill_lm_head
 from .prefill.prefill_qkv_rope import prefill_qkv_rope
 from .prefill.prefill_swiglu import prefill_swiglu
 from .rmsnorm_lm_head import CONFIGS as _LM_HEAD
+from .rmsnorm_lm_head import H100 as _LM_HEAD_H100
 from .rmsnorm_lm_head import H200 as _LM_HEAD_H200
 from .rmsnorm_lm_head import rmsnorm_lm_head
 from .rmsnorm_qkv_rope import CONFIGS as _QKV
+from .rmsnorm_qkv_rope import H100 as _QKV_H100
 from .rmsnorm_qkv_rope import H200 as _QKV_H200
 from .rmsnorm_qkv_rope import rmsnorm_qkv_rope
 from .rmsnorm_swiglu import CONFIGS as _SWIGLU
+from .rmsnorm_swiglu import H100 as _SWIGLU_H100
 from .rmsnorm_swiglu import H200 as _SWIGLU_H200
 from .rmsnorm_swiglu import rmsnorm_swiglu
 from .sample_token import sample_token
@@ -56,7 +60,12 @@ COMMITTED = {
 # The TP=2 shards' entries come from the same walk over rank 0's 7B and 13B shards with no communication (their
 # floor): 1.958 -> 1.877 and 3.552 -> 3.421 ms/token (step_launches_tp2_h200.txt, step_launches_13b_tp2_h200.txt).
 # Attention's entry cuts 7B's splits from the current length (decode_attention.AttentionConfig.min_split).
+# An H100's entries come from the same walk of its 7B step, 60 steps a timing in bf16 and 80 in FP8 E5M2 under PDL:
+# 4.627 -> 4.559 ms/token in bf16, and 2.748 (the committed launches without PDL) -> 2.594 in FP8, where PDL on the
+# committed launches alone gained 2.751 -> 2.628 (scripts/experiments/h100_walk/).
 ON_GPU = {
+    "NVIDIA H100 80GB HBM3": {"rmsnorm_qkv_rope": _QKV_H100, "linear_residual": _LINEAR_RESIDUAL_H100,
+                              "rmsnorm_swiglu": _SWIGLU_H100, "rmsnorm_lm_head": _LM_HEAD_H100},
     "NVIDIA H200": {"rmsnorm_qkv_rope": _QKV_H200, "linear_residual": _LINEAR_RESIDUAL_H200,
                     "rmsnorm_swiglu": _SWIGLU_H200, "rmsnorm_lm_head": _LM_HEAD_H200,
                     "decode_attention": _ATTENTION_H200},

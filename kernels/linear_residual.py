@@ -7,6 +7,8 @@ output written in the epilogue, so the add costs no extra launch. At Llama-2-7B 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -39,6 +41,12 @@ H200: dict[tuple, GemvConfig] = {
     (4096, 11008, 1): GemvConfig(block_n=2, block_k=1024, num_warps=4, pdl=True),
     (8192, 8192, 1): GemvConfig(block_n=4, block_k=512, num_warps=1, pdl=True),  # 70B
     (8192, 28672, 1): GemvConfig(block_n=4, block_k=512, num_warps=1, pdl=True),  # 70B
+}
+# An H100's own launches, chosen by the whole 7B step (kernels.ON_GPU says how).
+H100: dict[tuple, GemvConfig] = {
+    (4096, 4096, 2): GemvConfig(block_n=4, block_k=1024, num_warps=2),
+    (4096, 4096, 1): dataclasses.replace(CONFIGS[(4096, 4096, 1)], pdl=True),
+    (4096, 11008, 1): GemvConfig(block_n=2, block_k=1024, num_warps=4, pdl=True),
 }
 
 

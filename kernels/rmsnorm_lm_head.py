@@ -6,6 +6,8 @@ Legend: C dim, V vocab. Llama-2-7B bf16: reads 262 MB of W (32000 x 4096), write
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -37,6 +39,10 @@ H200: dict[tuple, GemvConfig] = {
     (16000, 5120, 2): GemvConfig(block_n=4, block_k=256, num_warps=2),
     (16000, 4096, 2, "summed"): CONFIGS[(16000, 4096, 2)],
     (16000, 5120, 2, "summed"): CONFIGS[(16000, 5120, 2)],
+}
+# An H100's own launches, chosen by the whole 7B step (kernels.ON_GPU says how).
+H100: dict[tuple, GemvConfig] = {
+    (32000, 4096, 1): dataclasses.replace(CONFIGS[(32000, 4096, 1)], pdl=True),
 }
 
 

@@ -48,6 +48,11 @@ H200: dict[tuple, GemvConfig] = {
     (10240, 8192, 1): GemvConfig(block_n=8, block_k=1024, num_warps=4, pdl=True),  # 70B: gemv_config's default
     (6144, 4096, 2): GemvConfig(block_n=8, block_k=512, num_warps=4),  # 7B TP=2 shard
 }
+# An H100's own launches, chosen by the whole 7B step (kernels.ON_GPU says how).
+H100: dict[tuple, GemvConfig] = {
+    (12288, 4096, 2): GemvConfig(block_n=32, block_k=256, num_warps=8),
+    (12288, 4096, 1): GemvConfig(block_n=4, block_k=512, num_warps=1, pdl=True),
+}
 
 
 @triton.jit

@@ -47,6 +47,11 @@ H200: dict[tuple, GemvConfig] = {
     (28672, 8192, 1): GemvConfig(block_n=2, block_k=512, num_warps=2, pdl=True),  # 70B
     (6912, 5120, 2): GemvConfig(block_n=4, block_k=256, num_warps=2),  # 13B TP=2 shard
 }
+# An H100's own launches, chosen by the whole 7B step (kernels.ON_GPU says how).
+H100: dict[tuple, GemvConfig] = {
+    (11008, 4096, 2): GemvConfig(block_n=2, block_k=1024, num_warps=2),
+    (11008, 4096, 1): GemvConfig(block_n=2, block_k=512, num_warps=2, pdl=True),
+}
 
 
 @triton.jit

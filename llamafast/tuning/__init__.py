@@ -21,6 +21,7 @@ import torch
 
 from llamafast.measure.common import environment
 from llamafast.config import FP8Format, ModelConfig, WeightFormat
+from llamafast.kernels._common import pdl_capable
 from llamafast.kernels.gemv import gemv_key
 from llamafast.model import Transformer
 from llamafast.settings import settings
@@ -168,10 +169,11 @@ def tune(plan: Plan, progress: compiling.Progress | None = None) -> Tuned:
                 progress(SWEEPING, done, len(plan.missing))
         if not plan.ignore_committed:
             cache.merge(plan.tables, won)
-            offers = {k: launches for k, s in sweeps.items() if (launches := ways.offered(s))}
+            pdl = pdl_capable(plan.device)
+            offers = {k: launches for k, s in sweeps.items() if (launches := ways.offered(s, pdl))}
             if offers and plan.model.backend.layers is None:  # the per-op step: a persistent one runs none of them
                 chosen = ways.choose(plan.model, plan.tables, offers, plan.timer, _phase(progress, IN_STEP))
-                won.update({k: Entry(launch, sweeps[k].times[launch]) for k, launch in chosen.items()})
+                won.update({k: Entry(launch, ways.alone_us(sweeps[k], launch)) for k, launch in chosen.items()})
     header = {"device": plan.gpu, "triton": environment(plan.device)["triton"], "kernels": cache.kernel_hash()}
     warning = cache.save(plan.path, won, header)
     return Tuned(won, time.perf_counter() - t0, ahead, plan.path, warning)

@@ -16,10 +16,16 @@ the one pass's 2,563.3 beside 2,560.9 (scripts/experiments/tied_wait/h200/tuned/
 where float activations were swept, the step's choice took 7B Q8_0 tuned from scratch six times to 455.4-464.8
 tok/s, where the sweep's winners alone decoded 427.8-464.0, and Q4_0 to 611.2 against 592.3, for about 20 s more
 tuning a format (scripts/experiments/q8_0_launches/h200_f509823/).
+
+A float or FP8 GEMV has one way, and the same disagreement: the H200's 7B and 70B launches, walked over the whole
+step (kernels.ON_GPU), took FP8 steps 3-13% below the launches that won alone, most of it from programmatic
+dependent launch, which gemv.use_pdl leaves FP8 weights without and a sweep of one kernel cannot see. So each such
+GEMV's TOP fastest are timed in the step too, and an FP8 GEMV's also under PDL (GemvConfig.pdl).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 
@@ -38,18 +44,28 @@ def way(launch: GemvConfig) -> str:
     return "float" if launch.float_blocks else "own int8" if launch.own_int8 else "int8 pass"
 
 
-def offered(s: Sweep) -> list[GemvConfig]:
-    """The sweep's TOP fastest launches of each way, its winner first; empty where it timed one way only (a float
-    or FP8 GEMV's launches: the step's choice is between a block GEMV's ways)."""
+def offered(s: Sweep, pdl: bool = False) -> list[GemvConfig]:
+    """The launches of one GEMV the step times, the sweep's winner first: the sweep's TOP fastest of each way
+    (block weights: after a quantize pass, rounding their own int8, on float activations; float and FP8 weights
+    have one); pdl (the GPU takes it): an FP8 GEMV's also under programmatic dependent launch. Empty where there
+    is nothing to choose between, and for attention's sweep."""
     launches = list(s.times)
-    if not all(isinstance(launch, GemvConfig) for launch in launches) or len({way(x) for x in launches}) < 2:
+    if not all(isinstance(launch, GemvConfig) for launch in launches):
         return []
     best: dict[str, list[GemvConfig]] = {}
     for launch in sorted(launches, key=s.times.get):
         kept = best.setdefault(way(launch), [])
         if len(kept) < TOP:
             kept.append(launch)
-    return [launch for kept in best.values() for launch in kept]
+    out = [launch for kept in best.values() for launch in kept]
+    if pdl and s.key[2] == 1:  # FP8 weights: E5M2 and scaled E4M3 share the 1-byte keys
+        out += [dataclasses.replace(launch, pdl=True) for launch in out]
+    return out if len(out) > 1 else []
+
+
+def alone_us(s: Sweep, launch: GemvConfig) -> float:
+    """The sweep's time of an offered launch (one under PDL: the same launch's, swept without it)."""
+    return s.times[launch] if launch in s.times else s.times[dataclasses.replace(launch, pdl=False)]
 
 
 def choose(model, tables: dict[str, dict], offers: dict[tuple, list[GemvConfig]], timer: Timer,

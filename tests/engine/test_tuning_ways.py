@@ -12,7 +12,8 @@ import torch
 
 from llamafast import tuning
 from llamafast.backends import build, with_backend
-from llamafast.config import Backend, WeightFormat
+from llamafast.config import Backend, FP8Format, WeightFormat
+from llamafast.kernels.decode_attention import AttentionConfig, default_config
 from llamafast.kernels.gemv import GemvConfig
 from llamafast.load.blocks import block_state
 from llamafast.load.weights import random_state
@@ -20,7 +21,7 @@ from llamafast.tuning import ways
 from llamafast.tuning.sweep import Sweep
 
 from ..kernels.common import DEVICE, ODD, tolerance
-from .test_tuning import cost
+from .test_tuning import cost, odd_model
 
 CONFIG = dataclasses.replace(ODD, hidden_dim=224)  # rows of whole 32-weight blocks; K 96 takes float activations
 WO = ("linear_residual", (CONFIG.dim, CONFIG.dim, "q4_1"))
@@ -68,7 +69,20 @@ def test_offered_is_each_ways_fastest_winner_first():
     assert ways.offered(s) == [*own, a, b, *floats]
     no_float = Sweep("linear_residual[wo]", WO[1], 0, {k: v for k, v in times.items() if not k.float_blocks}, {})
     assert ways.offered(no_float) == [*own, a, b]
-    assert ways.offered(Sweep("linear_residual[wo]", WO[1], 0, {a: 3.0, b: 6.0}, {})) == []
+
+
+def test_a_float_gemvs_fastest_are_offered_and_an_fp8_ones_also_under_pdl():
+    a, b, c = GemvConfig(2, 1024, 1), GemvConfig(4, 512, 2), GemvConfig(8, 256, 4)
+    times = {a: 3.0, b: 2.0, c: 4.0}
+    bf16, fp8 = (Sweep("linear_residual[wo]", (4096, 4096, n), 0, times, {}) for n in (2, 1))
+    assert ways.offered(bf16) == ways.offered(bf16, pdl=True) == ways.offered(fp8) == [b, a][:ways.TOP]
+    assert ways.offered(fp8, pdl=True) == [b, a, dataclasses.replace(b, pdl=True), dataclasses.replace(a, pdl=True)]
+    assert ways.alone_us(fp8, dataclasses.replace(a, pdl=True)) == ways.alone_us(fp8, a) == 3.0
+    assert ways.offered(Sweep("linear_residual[wo]", (4096, 4096, 2), 0, {a: 3.0}, {})) == []  # nothing to choose
+    assert ways.offered(Sweep("linear_residual[wo]", (4096, 4096, 1), 0, {a: 3.0}, {}), pdl=True) == [
+        a, dataclasses.replace(a, pdl=True)]
+    attention = Sweep("decode_attention", (2, 2), 0, {default_config(2): 1.0, AttentionConfig(4, 32, 2): 2.0}, {})
+    assert ways.offered(attention, pdl=True) == []
 
 
 @pytest.mark.parametrize("gain,moves", [(1.0, True), (0.0, False)])
@@ -86,6 +100,35 @@ def test_the_step_picks_the_way(state, gain, moves):
         ["float", "int8 pass", "own int8"] * ways.TOP * ways.PASSES)
     again = model(state)
     assert tuning.prepare(again, timer).missing == [] and again.backend.launches[WO[0]][WO[1]] == kept
+
+
+@pytest.mark.parametrize("fp8", [None, FP8Format.e5m2])
+def test_the_step_picks_a_float_gemvs_launch_and_an_fp8_ones_pdl(fp8, monkeypatch):
+    """Float and FP8 GEMVs (one way) are offered their sweep's two fastest, winner first, FP8 ones also under PDL
+    where the GPU takes it (here said to): in the step wo's runner-up, or its winner under PDL, is faster, and is
+    kept, cached and read back, with the sweep's time."""
+    monkeypatch.setattr(tuning, "pdl_capable", lambda device: True)
+    tuned, key = odd_model(fp8), ("linear_residual", (ODD.dim, ODD.dim, 1 if fp8 else 4))
+    steps = []
+
+    def timer(call, sets) -> float:
+        ((k, launch),) = call.keywords["configs"].items()
+        if call.func is not ways._step:
+            return cost(launch)
+        steps.append(((call.args[1], k), launch))
+        first = next(x for job, x in steps if job == key) if (call.args[1], k) == key else None
+        return 10.0 - (first is not None and (launch.pdl if fp8 else launch != first))
+
+    kept = tuning.tune(tuning.prepare(tuned, timer)).launches[key]
+    offered = [launch for job, launch in steps if job == key]
+    winner, runner_up = offered[:2]
+    assert not winner.pdl and not runner_up.pdl and cost(winner) < cost(runner_up)
+    assert kept.launch == (dataclasses.replace(winner, pdl=True) if fp8 else runner_up)
+    assert kept.us == cost(winner if fp8 else runner_up)
+    assert len(offered) == ways.PASSES * ways.TOP * (2 if fp8 else 1)
+    assert any(launch.pdl for launch in offered) == bool(fp8)
+    again = odd_model(fp8)
+    assert tuning.prepare(again, timer).missing == [] and again.backend.launches[key[0]][key[1]] == kept.launch
 
 
 def test_the_step_timed_is_the_models(state):
