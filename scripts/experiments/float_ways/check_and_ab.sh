@@ -1,6 +1,6 @@
 # One device call: the whole gpu test suite (6 workers, to leave time), then run.sh's A/B in what is left of the
-# call's CALL_LIMIT seconds (default 585), as many runs as fit (new_1 old_1 new_2 old_2). TESTS: the gpu tests' paths instead of tests/ (a call short of time: tests/engine);
-# AB_SECONDS: the seconds the tests leave the A/B (200).
+# call's CALL_LIMIT seconds (default 585), as many runs as fit (new_1 old_1 new_2 old_2). TESTS: the gpu tests'
+# paths instead of tests/ (a call short of time: tests/engine); AB_SECONDS: the seconds the tests leave the A/B (200).
 #   GPU_CHECK_COMMIT=<sha> [CALL_LIMIT=S] [TESTS=PATHS] bash scripts/experiments/float_ways/check_and_ab.sh OUTDIR
 set -u
 out=$1; mkdir -p "$out"
