@@ -94,7 +94,7 @@ def test_k_quants_in_a_partial_tile(fmt):
 # kernel, key, launch) where the registry kernel's inputs take the key's (N, K) as (F, C), (C, F) or (V, C); the
 # tensor-parallel shards' shapes are among them.
 COMMITTED = [pytest.param(name, key, launch, id=f"{name}-{key[0]}x{key[1]}x{key[2]}{gpu}", marks=pytest.mark.gpu)
-             for gpu, tables in (("", TABLES), *((f"-{g.split()[-1]}", t) for g, t in ON_GPU.items()))
+             for gpu, tables in (("", TABLES), *((f"-{g.split()[1]}", t) for g, t in ON_GPU.items()))
              for name in ("rmsnorm_swiglu", "linear_residual[w2]", "rmsnorm_lm_head")
              for key, launch in tables.get(name.partition("[")[0], {}).items()
              if len(key) == 3 and isinstance(key[2], int)]

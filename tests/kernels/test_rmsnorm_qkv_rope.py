@@ -92,7 +92,7 @@ def test_float_blocks_match_the_float_reference(config, fmt, v_fmt):
 
 
 # A GPU model's own launches (kernels.ON_GPU) at their shapes: the committed table's are swept at 7B on the GPU.
-OWN = [pytest.param(key, launch, id=f"{gpu.split()[-1]}-{key[0]}x{key[1]}x{key[2]}", marks=pytest.mark.gpu)
+OWN = [pytest.param(key, launch, id=f"{gpu.split()[1]}-{key[0]}x{key[1]}x{key[2]}", marks=pytest.mark.gpu)
        for gpu, tables in ON_GPU.items() for key, launch in tables.get("rmsnorm_qkv_rope", {}).items()]
 
 
