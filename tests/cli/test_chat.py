@@ -215,7 +215,10 @@ def test_refused_before_loading():
 # Makes the pseudo-terminal on stdin the controlling terminal of the new session (subprocess's
 # start_new_session), so that Ctrl-C typed into it reaches the chat as SIGINT, then becomes the chat. A forkpty()
 # from pytest's process, which torch has made multi-threaded, would risk a deadlock in the child (Python 3.12 warns).
-_ATTACH = "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.argv[1], sys.argv[1:])"
+# SIGINT goes back to its default first, as a shell leaves it for a job in the foreground: pytest run in the
+# background of a script inherits it ignored, and Python then never raises KeyboardInterrupt.
+_ATTACH = ("import fcntl, os, signal, sys, termios; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+           "fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.argv[1], sys.argv[1:])")
 
 
 @pytest.mark.slow
