@@ -22,7 +22,8 @@ step (kernels.ON_GPU), took FP8 steps 3-13% below the launches that won alone, m
 dependent launch, which gemv.use_pdl leaves FP8 weights without and a sweep of one kernel cannot see. So each such
 GEMV's TOP fastest are timed in the step too, and an FP8 GEMV's also under PDL (GemvConfig.pdl): on one H100,
 Llama-2-13B tuned from scratch decoded FP8 E5M2 at 209.3 tok/s twice against 200.9 and 200.7 with the sweep's
-winners, bf16 alike, for 28-41 s of tuning a format against 8 (scripts/experiments/float_ways/).
+winners, bf16 at 115.8 against 115.4-115.7 (and 108.7 in the call's first bench, each of whose launches ran in
+another bench of 115.4 or more), for 28-41 s of tuning a format against 8 (scripts/experiments/float_ways/).
 """
 
 from __future__ import annotations
