@@ -10,13 +10,18 @@ programmatic dependent launch too (gemv.use_pdl leaves them without), in the des
 it beside the committed ones without it. --ab: no descent; the tables a model on this GPU reads (kernels.ON_GPU's
 entries over the committed ones) against the committed ones alone, in turn, three times each. --world N: rank 0's
 shard of an N-way tensor-parallel split with no communication (profile_tp.floor_model, bf16), whose time is the
-floor that tensor parallel's sync points add to. Random weights; from the repository root, on one GPU:
+floor that tensor parallel's sync points add to. Block formats (q8_0, q4_0, q4_k, ...): the model is tuned on first
+use, then walked from those launches, each candidate in each of its ways (the sweep's: after a quantize pass,
+rounding its own int8, and on float activations where tuning offers it). Random weights; from the repository root,
+on one GPU:
 
     python scripts/experiments/step_launches.py --shape llama-2-7b --weights bf16 fp8_e5m2 [--grids full quick]
     python scripts/experiments/step_launches.py --shape llama-2-7b --weights bf16 fp8_e5m2 fp8_e4m3 --ab
     python scripts/experiments/step_launches.py --shape llama-2-13b --weights bf16 --world 2
+    python scripts/experiments/step_launches.py --shape llama-2-7b --weights q8_0 --grids quick full
 """
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -27,13 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from profile_tp import floor_model, timed_step  # noqa: E402
 
+from llamafast import tuning  # noqa: E402
 from llamafast.backends import committed_launches  # noqa: E402
-from llamafast.config import Backend, DType, FP8Format  # noqa: E402
+from llamafast.config import BLOCK_FORMATS, Backend, DType, FP8Format, WeightFormat  # noqa: E402
 from llamafast.kernels import gemv  # noqa: E402
 from llamafast.kernels._common import pdl_capable  # noqa: E402
-from llamafast.load import random_model  # noqa: E402
-from llamafast.tuning import model_jobs  # noqa: E402
-from llamafast.tuning.sweep import gemv_candidates  # noqa: E402
+from llamafast.kernels.gemv_floats import FORMATS as FLOAT_FORMATS  # noqa: E402
+from llamafast.load import random_block_models, random_model  # noqa: E402
+from llamafast.tuning import model_jobs, ways  # noqa: E402
+from llamafast.tuning.sweep import FLOAT_BLOCKS_MAX_K, gemv_candidates  # noqa: E402
 
 NOISE = 0.002  # a launch is kept where the step gains more than 0.2%: repeated steps differ by about 0.1%
 
@@ -46,7 +53,23 @@ def jobs(model, quick: bool = True):
     """(table, key, candidates) per GEMV that tuning.model_jobs finds, in ORDER; FP8 and block weights take the
     1-byte list, as tuning's sweep gives them; quick: the quick list, else the full grid."""
     gemvs = sorted((j for j in model_jobs(model) if j.kernel in ORDER), key=lambda j: ORDER.index(j.kernel))
-    return [(j.table, j.key, gemv_candidates(j.kernel == "rmsnorm_swiglu", j.fp8 is not None, quick)) for j in gemvs]
+    return [(j.table, j.key, candidates(j, quick)) for j in gemvs]
+
+
+def candidates(job, quick: bool) -> list:
+    """One GEMV's launches; block weights': each in every way tuning.sweep.sweep_launches times it."""
+    launches = gemv_candidates(job.kernel == "rmsnorm_swiglu", job.fp8 is not None, quick)
+    if not (isinstance(job.fp8, WeightFormat) and job.fp8.is_block):
+        return launches
+    floats = job.fp8 in FLOAT_FORMATS and job.key[1] <= FLOAT_BLOCKS_MAX_K
+    return [*launches, *(dataclasses.replace(x, own_int8=True) for x in launches),
+            *(dataclasses.replace(x, float_blocks=True) for x in launches if floats)]
+
+
+def label(table: str, key: tuple, launch) -> str:
+    """How the log names a launch under trial (replay.py reads it back)."""
+    way = f", {ways.way(launch)}" if isinstance(key[2], str) else ""
+    return f"{table} {key}: {launch.block_n}x{launch.block_k}, {launch.num_warps} warps{way}"
 
 
 def put(tables, table: str, key: tuple, launch) -> None:
@@ -78,7 +101,7 @@ def descend(model, steps: int, grids: list[bool]) -> dict:
             if launch == current:
                 continue
             put(tables, table, key, launch)
-            ms = timed(model, steps, f"{table} {key}: {launch.block_n}x{launch.block_k}, {launch.num_warps} warps")
+            ms = timed(model, steps, label(table, key, launch))
             if ms < best * (1 - NOISE):
                 best, current, chosen[(table, key)] = ms, launch, launch
         put(tables, table, key, current)
@@ -125,12 +148,25 @@ class pdl_everywhere:
 
 def build(shape: str, weights: str, world: int):
     """The model walked: random weights of `shape`, or with world > 1 rank 0's shard with no communication."""
+    if weights in BLOCK_FORMATS:
+        if world > 1:
+            raise SystemExit("--world takes bf16 weights only (tensor parallel runs bf16)")
+        return tuned(random_block_models(shape, torch.device("cuda"), DType.bfloat16, Backend.triton,
+                                         [WeightFormat(weights)])[0].model)
     fp8 = FP8Format(weights.removeprefix("fp8_")) if weights.startswith("fp8_") else None
     if world == 1:
         return random_model(shape, torch.device("cuda"), DType.bfloat16, Backend.triton, fp8=fp8).model
     if fp8 is not None:
         raise SystemExit("--world takes bf16 weights only (tensor parallel runs bf16)")
     return floor_model(shape, world, torch.device("cuda"))
+
+
+def tuned(model):
+    """model with the launches tuning on first use gives it (no table holds a block format's): the walk's start."""
+    plan = tuning.prepare(model)
+    if plan is not None:
+        print(f"tuned on first use in {tuning.tune(plan).seconds:.1f} s", flush=True)
+    return model
 
 
 def main() -> None:

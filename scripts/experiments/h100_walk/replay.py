@@ -15,9 +15,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from step_launches import NOISE  # noqa: E402
 
-TIMED = re.compile(r"^  (\w+) \((\d+), (\d+), (\d+)\): (\d+)x(\d+), (\d+) warps\s+([\d.]+) ms/token$")
+# table (N, K, bytes per weight or block format): block_n x block_k, warps[, a block GEMV's way]   ms
+TIMED = re.compile(r"^  (\w+) \((\d+), (\d+), (\d+|'\w+')\): (\d+)x(\d+), (\d+) warps(?:, ([\w ]+?))?"
+                   r"\s+([\d.]+) ms/token$")
+WAYS = {"own int8": ", own_int8=True", "float": ", float_blocks=True", "int8 pass": "", None: ""}
 NAMED = re.compile(r"^  (committed, no PDL|committed|chosen)\s+([\d.]+) ms/token$")
-MODEL = re.compile(r"^(\S+) (bf16|fp8_\w+)")  # each walked model's log starts with its shape and weights
+MODEL = re.compile(r"^(\S+) (bf16|fp8_\w+|q\d\w*)\b")  # each walked model's log starts with its shape and weights
 
 
 def sections(lines: list[str]) -> list[tuple[str, list[str]]]:
@@ -32,7 +35,7 @@ def sections(lines: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def replay(lines: list[str]) -> dict:
-    """{'chosen': {(table, key): (block_n, block_k, warps)}, 'keys': [(table, key)], 'pdl', 'no_pdl', 'start',
+    """{'chosen': {(table, key): (block_n, block_k, warps, way)}, 'keys': [(table, key)], 'pdl', 'no_pdl', 'start',
     'best', 'rounds': {'committed': [...], 'chosen': [...]}} from one walk's log."""
     out = {"chosen": {}, "keys": [], "pdl": False, "no_pdl": None, "start": None, "best": None,
            "rounds": {"committed": [], "chosen": []}}
@@ -49,11 +52,12 @@ def replay(lines: list[str]) -> dict:
         elif named and out["start"] is None:
             out["start"] = out["best"] = float(named[2])
         elif timed and out["best"] is not None:
-            table, key, ms = timed[1], tuple(int(timed[i]) for i in (2, 3, 4)), float(timed[8])
+            table, ms = timed[1], float(timed[9])
+            key = (int(timed[2]), int(timed[3]), int(timed[4]) if timed[4].isdigit() else timed[4].strip("'"))
             if (table, key) not in out["keys"]:
                 out["keys"].append((table, key))
             if ms < out["best"] * (1 - NOISE):
-                out["best"], out["chosen"][(table, key)] = ms, tuple(int(timed[i]) for i in (5, 6, 7))
+                out["best"], out["chosen"][(table, key)] = ms, (int(timed[5]), int(timed[6]), int(timed[7]), timed[8])
     return out
 
 
@@ -64,7 +68,8 @@ def entries(walk: dict) -> list[str]:
     for table, key in walk["keys"]:
         launch = walk["chosen"].get((table, key))
         pdl = ", pdl=True" if walk["pdl"] and key[2] == 1 else ""
-        text = (f"GemvConfig(block_n={launch[0]}, block_k={launch[1]}, num_warps={launch[2]}{pdl})" if launch
+        text = (f"GemvConfig(block_n={launch[0]}, block_k={launch[1]}, num_warps={launch[2]}{WAYS[launch[3]]}{pdl})"
+                if launch
                 else f"the committed launch{pdl and ' with pdl=True'}")
         lines.append(f"{table:18} {key}: {text}")
     return lines
