@@ -141,13 +141,19 @@ def sweep_launches(kernel: str, args: tuple, fp8: FP8Format | WeightFormat | Non
     if kernel == "decode_attention":
         candidates = [*attention_candidates(quick), default]
     else:
-        candidates = [*gemv_candidates(kernel == "rmsnorm_swiglu", fp8 is not None, quick), default]
-        if isinstance(fp8, WeightFormat) and fp8.is_block:  # each launch both ways (GemvConfig.own_int8)
-            every = candidates
-            candidates = [*every, *(dataclasses.replace(launch, own_int8=True) for launch in every)]
-            if fp8 in FLOAT_FORMATS and key[1] <= FLOAT_BLOCKS_MAX_K:  # and on float activations
-                candidates += [dataclasses.replace(launch, float_blocks=True) for launch in every]
+        candidates = with_ways([*gemv_candidates(kernel == "rmsnorm_swiglu", fp8 is not None, quick), default],
+                               fp8, key[1])
     return key, list(dict.fromkeys(candidates))
+
+
+def with_ways(launches: list[GemvConfig], fp8: FP8Format | WeightFormat | None, k: int) -> list[GemvConfig]:
+    """launches, and for block weights each also rounding its own int8 (GemvConfig.own_int8) and, where K is at
+    most FLOAT_BLOCKS_MAX_K, on float activations (float_blocks)."""
+    if not (isinstance(fp8, WeightFormat) and fp8.is_block):
+        return launches
+    floats = [dataclasses.replace(x, float_blocks=True) for x in launches] if (
+        fp8 in FLOAT_FORMATS and k <= FLOAT_BLOCKS_MAX_K) else []
+    return [*launches, *(dataclasses.replace(x, own_int8=True) for x in launches), *floats]
 
 
 def sweep_splits(config: ModelConfig, dtype: torch.dtype, device: torch.device, launch: AttentionConfig,

@@ -21,7 +21,6 @@ on one GPU:
     python scripts/experiments/step_launches.py --shape llama-2-7b --weights q8_0 --grids quick full
 """
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -37,10 +36,9 @@ from llamafast.backends import committed_launches  # noqa: E402
 from llamafast.config import BLOCK_FORMATS, Backend, DType, FP8Format, WeightFormat  # noqa: E402
 from llamafast.kernels import gemv  # noqa: E402
 from llamafast.kernels._common import pdl_capable  # noqa: E402
-from llamafast.kernels.gemv_floats import FORMATS as FLOAT_FORMATS  # noqa: E402
 from llamafast.load import random_block_models, random_model  # noqa: E402
 from llamafast.tuning import model_jobs, ways  # noqa: E402
-from llamafast.tuning.sweep import FLOAT_BLOCKS_MAX_K, gemv_candidates  # noqa: E402
+from llamafast.tuning.sweep import gemv_candidates, with_ways  # noqa: E402
 
 NOISE = 0.002  # a launch is kept where the step gains more than 0.2%: repeated steps differ by about 0.1%
 
@@ -57,13 +55,8 @@ def jobs(model, quick: bool = True):
 
 
 def candidates(job, quick: bool) -> list:
-    """One GEMV's launches; block weights': each in every way tuning.sweep.sweep_launches times it."""
-    launches = gemv_candidates(job.kernel == "rmsnorm_swiglu", job.fp8 is not None, quick)
-    if not (isinstance(job.fp8, WeightFormat) and job.fp8.is_block):
-        return launches
-    floats = job.fp8 in FLOAT_FORMATS and job.key[1] <= FLOAT_BLOCKS_MAX_K
-    return [*launches, *(dataclasses.replace(x, own_int8=True) for x in launches),
-            *(dataclasses.replace(x, float_blocks=True) for x in launches if floats)]
+    """One GEMV's launches; block weights': each in every way tuning's sweep times it (sweep.with_ways)."""
+    return with_ways(gemv_candidates(job.kernel == "rmsnorm_swiglu", job.fp8 is not None, quick), job.fp8, job.key[1])
 
 
 def label(table: str, key: tuple, launch) -> str:
