@@ -40,6 +40,7 @@ class Server:
     ready_line: str = ""
     stderr: str = field(default="", repr=False)
     headers: dict[str, str] = field(default_factory=dict)  # sent with /metrics (an API key)
+    terminated: bool = field(default=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -51,10 +52,16 @@ class Server:
         return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                 if line and not line.startswith("#")}
 
-    def stop(self, timeout: float = 60) -> int:
-        """SIGTERM, then the exit status; stderr is kept."""
-        if self.process.poll() is None:
+    def terminate(self) -> None:
+        """SIGTERM, once: a second one, reaching a server whose shutdown has put the default handlers back, would
+        kill it (-15) before it exits 0 by itself."""
+        if not self.terminated and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
+        self.terminated = True
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGTERM (unless sent already), then the exit status; stderr is kept."""
+        self.terminate()
         try:
             _, self.stderr = self.process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import threading
 import time
 
@@ -64,7 +63,7 @@ def test_sigterm_during_a_stream():
                 server.url + "/v1/completions", json={"prompt": "Lily", "max_tokens": 5}, timeout=60)))
             waiter.start()
             _until(lambda: server.metrics()["llamafast_queue_depth"] == 1)
-            server.process.send_signal(signal.SIGTERM)
+            server.terminate()
             events += list(lines)
         waiter.join(60)
     finally:
