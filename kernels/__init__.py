@@ -62,7 +62,10 @@ COMMITTED = {
 # Attention's entry cuts 7B's splits from the current length (decode_attention.AttentionConfig.min_split).
 # An H100's entries come from the same walk of its 7B step, 60 steps a timing in bf16 and 80 in FP8 E5M2 under PDL:
 # 4.627 -> 4.559 ms/token in bf16, and 2.748 (the committed launches without PDL) -> 2.594 in FP8, where PDL on the
-# committed launches alone gained 2.751 -> 2.628 (scripts/experiments/h100_walk/).
+# committed launches alone gained 2.751 -> 2.628 (scripts/experiments/h100_walk/). Its block entries come from the
+# walk of the 7B step from the launches tuning on first use gave, each candidate in each of its ways, 60 steps a
+# timing: Q8_0 2.774 -> 2.709 ms/token over the quick list and the full grid, Q4_0 1.915 -> 1.893 over the quick
+# list, whose only gain was gate and up's launch (h100_walk/h100_cb91beb/).
 ON_GPU = {
     "NVIDIA H100 80GB HBM3": {"rmsnorm_qkv_rope": _QKV_H100, "linear_residual": _LINEAR_RESIDUAL_H100,
                               "rmsnorm_swiglu": _SWIGLU_H100, "rmsnorm_lm_head": _LM_HEAD_H100},

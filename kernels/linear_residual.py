@@ -47,6 +47,8 @@ H100: dict[tuple, GemvConfig] = {
     (4096, 4096, 2): GemvConfig(block_n=4, block_k=1024, num_warps=2),
     (4096, 4096, 1): dataclasses.replace(CONFIGS[(4096, 4096, 1)], pdl=True),
     (4096, 11008, 1): GemvConfig(block_n=2, block_k=1024, num_warps=4, pdl=True),
+    (4096, 4096, "q8_0"): GemvConfig(block_n=8, block_k=2048, num_warps=8, own_int8=True),
+    (4096, 11008, "q8_0"): GemvConfig(block_n=8, block_k=2048, num_warps=8, own_int8=True),
 }
 
 

@@ -52,6 +52,7 @@ H200: dict[tuple, GemvConfig] = {
 H100: dict[tuple, GemvConfig] = {
     (12288, 4096, 2): GemvConfig(block_n=32, block_k=256, num_warps=8),
     (12288, 4096, 1): GemvConfig(block_n=4, block_k=512, num_warps=1, pdl=True),
+    (12288, 4096, "q8_0"): GemvConfig(block_n=32, block_k=512, num_warps=8, own_int8=True),
 }
 
 

@@ -51,6 +51,8 @@ H200: dict[tuple, GemvConfig] = {
 H100: dict[tuple, GemvConfig] = {
     (11008, 4096, 2): GemvConfig(block_n=2, block_k=1024, num_warps=2),
     (11008, 4096, 1): GemvConfig(block_n=2, block_k=512, num_warps=2, pdl=True),
+    (11008, 4096, "q8_0"): GemvConfig(block_n=2, block_k=2048, num_warps=8),
+    (11008, 4096, "q4_0"): GemvConfig(block_n=8, block_k=1024, num_warps=8),
 }
 
 

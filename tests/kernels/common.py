@@ -80,6 +80,17 @@ def float_oracle(w):
     return dataclasses.replace(w, int8=False, tail=w.tail and dataclasses.replace(w.tail, int8=False))
 
 
+def table_weights(size: int | str) -> FP8Format | WeightFormat | None:
+    """The weights a launch table's key (N, K, size) times, as make_inputs takes them: bf16 (2 bytes), E5M2 (1
+    byte: E4M3 weights read the same entries), or the block format the key names."""
+    return None if size == 2 else FP8Format.e5m2 if size == 1 else WeightFormat(size)
+
+
+def oracle_weight(w, launch):
+    """The weight the reference multiplies for w under launch: float_blocks launches' as float_oracle has it."""
+    return float_oracle(w) if getattr(launch, "float_blocks", False) else w
+
+
 def launches(w) -> tuple:
     """w's default launch, and the same launch rounding its own int8 activations (GemvConfig.own_int8)."""
     from llamafast.kernels.gemv import gemv_config

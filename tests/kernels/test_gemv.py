@@ -17,7 +17,7 @@ from llamafast.quant import FP8Format
 from llamafast.kernels.gemv import GemvConfig, gemv_key, launch_args
 
 from .common import (BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FLOAT_BLOCK_CASES, FP8, K_QUANTS, SHAPES,
-                     float_launch, float_oracle, launches, tolerance)
+                     float_launch, float_oracle, launches, oracle_weight, table_weights, tolerance)
 
 GEMVS = [name for name, spec in REGISTRY.items() if spec.kernel in (linear_residual, rmsnorm_swiglu, rmsnorm_lm_head)]
 # The registry's kernels tested by their own modules: test_rmsnorm_qkv_rope, test_decode_attention, test_sparse_ffn.
@@ -90,26 +90,28 @@ def test_k_quants_in_a_partial_tile(fmt):
     torch.testing.assert_close(got, reference(x, w, res), **tolerance(torch.float32))
 
 
-# Every committed launch of float weights, at its own shape, a GPU model's own too (kernels.ON_GPU): (registry
-# kernel, key, launch) where the registry kernel's inputs take the key's (N, K) as (F, C), (C, F) or (V, C); the
-# tensor-parallel shards' shapes are among them.
+# Every committed launch of float, FP8 and block weights, at its own shape, a GPU model's own too (kernels.ON_GPU):
+# (registry kernel, key, launch) where the registry kernel's inputs take the key's (N, K) as (F, C), (C, F) or
+# (V, C); the tensor-parallel shards' shapes are among them.
 COMMITTED = [pytest.param(name, key, launch, id=f"{name}-{key[0]}x{key[1]}x{key[2]}{gpu}", marks=pytest.mark.gpu)
              for gpu, tables in (("", TABLES), *((f"-{g.split()[1]}", t) for g, t in ON_GPU.items()))
              for name in ("rmsnorm_swiglu", "linear_residual[w2]", "rmsnorm_lm_head")
-             for key, launch in tables.get(name.partition("[")[0], {}).items()
-             if len(key) == 3 and isinstance(key[2], int)]
+             for key, launch in tables.get(name.partition("[")[0], {}).items() if len(key) == 3]
 
 
 @pytest.mark.parametrize("name,key,launch", COMMITTED)
 def test_committed_launches_match_reference(name, key, launch):
-    """Each launch a table commits, run at its own shape, matches the reference."""
+    """Each launch a table commits, run at its own shape, matches the reference (a float_blocks launch's: on
+    float activations)."""
     n, k, size = key
     dim, hidden, vocab = {"rmsnorm_swiglu": (k, n, 256), "rmsnorm_lm_head": (k, 4 * k, n)}.get(name, (n, k, 256))
     config = ModelConfig(dim=dim, n_layers=1, n_heads=dim // 128, hidden_dim=hidden, vocab_size=vocab)
     spec = REGISTRY[name]
-    args, kw = spec.make_inputs(config, torch.bfloat16, DEVICE, 1, None if size == 2 else FP8Format.e5m2)
+    args, kw = spec.make_inputs(config, torch.bfloat16, DEVICE, 1, table_weights(size))
     got = spec.kernel(*args, **kw, configs={key: launch})
-    torch.testing.assert_close(got, spec.reference(*args, **kw), **tolerance(torch.bfloat16))
+    at = 1 if name.startswith("linear_residual") else 2
+    oracle = (*args[:at], oracle_weight(args[at], launch), *args[at + 1:])
+    torch.testing.assert_close(got, spec.reference(*oracle, **kw), **tolerance(torch.bfloat16))
 
 
 def test_every_registry_kernel_is_tested():

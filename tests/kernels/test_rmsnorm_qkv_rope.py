@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llamafast.config import MODEL_CONFIGS, FP8Format, ModelConfig, Weight, WeightFormat
+from llamafast.config import MODEL_CONFIGS, ModelConfig, Weight, WeightFormat
 from llamafast.kernels import ON_GPU
 from llamafast.measure.registry import REGISTRY, weight
 
 from llamafast.kernels.gemv import gemv_key
 
 from .common import (BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FLOAT_BLOCK_CASES, FP8, SHAPES, float_launch,
-                     float_oracle, launches, tolerance)
+                     float_oracle, launches, oracle_weight, table_weights, tolerance)
 
 SPEC = REGISTRY["rmsnorm_qkv_rope"]
 
@@ -101,16 +101,18 @@ def test_a_gpus_own_launches_match_reference(key, launch):
     n, c, size = key
     config = ModelConfig(dim=c, n_layers=1, n_heads=c // 128, n_kv_heads=(n - c) // 256, vocab_size=256,
                          hidden_dim=4 * c, max_seq_len=64)
-    check_against_reference(config, torch.bfloat16, 7, None if size == 2 else FP8Format.e5m2,
-                            launch={"configs": {key: launch}})
+    args, _ = SPEC.make_inputs(config, torch.bfloat16, DEVICE, 7, table_weights(size))
+    check_against_reference(config, torch.bfloat16, 7, None, inputs=args, launch={"configs": {key: launch}},
+                            oracle=oracle_weight(args[2], launch))
 
 
-def check_against_reference(config, dtype, context, fp8, inputs=None, launch=None):
+def check_against_reference(config, dtype, context, fp8, inputs=None, launch=None, oracle=None):
+    """oracle: the weight the reference multiplies, where it is not the kernel's (oracle_weight)."""
     args, kw = (inputs, {}) if inputs else SPEC.make_inputs(config, dtype, DEVICE, context, fp8)
     launch = launch or {}
     x, g, w, cos, sin, pos, k_cache, v_cache, eps = args
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
-    q_ref = SPEC.reference(x, g, w, cos, sin, pos, k_ref, v_ref, eps, **kw)
+    q_ref = SPEC.reference(x, g, oracle or w, cos, sin, pos, k_ref, v_ref, eps, **kw)
     q = SPEC.kernel(x, g, w, cos, sin, pos, k_cache, v_cache, eps, **kw, **launch)
     torch.testing.assert_close(q, q_ref, **tolerance(dtype))
     torch.testing.assert_close(k_cache, k_ref, **tolerance(dtype))  # position pos written, the rest untouched
