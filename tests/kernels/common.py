@@ -88,7 +88,7 @@ def table_weights(size: int | str) -> FP8Format | WeightFormat | None:
 
 def oracle_weight(w, launch):
     """The weight the reference multiplies for w under launch: float_blocks launches' as float_oracle has it."""
-    return float_oracle(w) if getattr(launch, "float_blocks", False) else w
+    return float_oracle(w) if launch.float_blocks else w
 
 
 def launches(w) -> tuple:

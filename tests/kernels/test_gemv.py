@@ -25,6 +25,11 @@ ELSEWHERE = {"rmsnorm_qkv_rope", "decode_attention", "sample_token[T 0.6 top-p 0
              *(n for n in REGISTRY if n.startswith("sparse_ffn["))}
 
 
+def weight_at(name: str) -> int:
+    """Where a GEMV's weight lies in its registry inputs: after x (linear_residual), after x and RMSNorm's g."""
+    return 1 if name.startswith("linear_residual") else 2
+
+
 def assert_matches_reference(spec, config: ModelConfig, dtype: torch.dtype, fp8: FP8Format | None) -> None:
     """The kernel and its torch reference on the same inputs (FP8 and block weights too), within the dtype's
     tolerance."""
@@ -55,7 +60,7 @@ def test_own_int8_equals_the_quantize_pass(config, fmt, name):
     and scales the quantize pass writes, so the results agree to fp32 summation order, and with the reference."""
     spec = REGISTRY[name]
     args, kw = spec.make_inputs(config, torch.float32, DEVICE, 1, fmt)
-    w = args[1] if name.startswith("linear_residual") else args[2]
+    w = args[weight_at(name)]
     passed, own = launches(w)
     got = spec.kernel(*args, **kw, configs={gemv_key(w): own})
     torch.testing.assert_close(got, spec.kernel(*args, **kw, configs={gemv_key(w): passed}), atol=1e-5, rtol=1e-5)
@@ -70,7 +75,7 @@ def test_float_blocks_match_the_float_reference(config, dtype, fmt, name):
     against the reference that does the same (no int8 rounding); under PDL on a GPU."""
     spec = REGISTRY[name]
     args, kw = spec.make_inputs(config, dtype, DEVICE, 1, fmt)
-    at = 1 if name.startswith("linear_residual") else 2
+    at = weight_at(name)
     w = args[at]
     got = spec.kernel(*args, **kw, configs={gemv_key(w): float_launch(w)})
     oracle = (*args[:at], float_oracle(w), *args[at + 1:])
@@ -109,7 +114,7 @@ def test_committed_launches_match_reference(name, key, launch):
     spec = REGISTRY[name]
     args, kw = spec.make_inputs(config, torch.bfloat16, DEVICE, 1, table_weights(size))
     got = spec.kernel(*args, **kw, configs={key: launch})
-    at = 1 if name.startswith("linear_residual") else 2
+    at = weight_at(name)
     oracle = (*args[:at], oracle_weight(args[at], launch), *args[at + 1:])
     torch.testing.assert_close(got, spec.reference(*oracle, **kw), **tolerance(torch.bfloat16))
 
