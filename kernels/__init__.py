@@ -13,6 +13,7 @@ import sys as _sys
 
 from ._common import INTERPRET as _INTERPRET
 from ._common import settle_cache_keys as _settle_cache_keys
+from .advance_state import advance_state
 from .decode_attention import CONFIGS as _ATTENTION
 from .decode_attention import H200 as _ATTENTION_H200
 from .decode_attention import decode_attention
@@ -75,9 +76,9 @@ ON_GPU = {
 }
 
 __all__ = [
-    "COMMITTED", "ON_GPU", "decode_attention", "dequantize_blocks", "flash_attention", "linear_residual",
-    "prefill_linear_residual", "prefill_lm_head", "prefill_qkv_rope", "prefill_swiglu", "rmsnorm_lm_head",
-    "rmsnorm_qkv_rope", "rmsnorm_swiglu", "sample_token", "sparse_ffn",
+    "COMMITTED", "ON_GPU", "advance_state", "decode_attention", "dequantize_blocks", "flash_attention",
+    "linear_residual", "prefill_linear_residual", "prefill_lm_head", "prefill_qkv_rope", "prefill_swiglu",
+    "rmsnorm_lm_head", "rmsnorm_qkv_rope", "rmsnorm_swiglu", "sample_token", "sparse_ffn",
 ]
 
 # Every kernel's Triton cache key computed now, callees first, so that it is the same in every process

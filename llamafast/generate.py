@@ -1,10 +1,11 @@
 """Generation: prefill, one decode step at a time on the device, and the streaming loop around it.
 
 The Engine keeps the current token, its position, the seen-token mask and the sampled-token counts on the device;
-a decode step reads them and writes the next token in place, so the host only ever reads token ids back, one step
-behind the GPU (the next step is queued before the host waits for the current token; only the first new token,
-sampled by prefill, goes out before any decode step is queued). How it samples, and whether it records logprobs,
-can change from one completion to the next (Engine.configure: a server's requests each bring their own).
+a decode step reads them and writes the next token in place, and into a ring of slots in pinned host memory, so the
+host only ever reads token ids back, one step behind the GPU (the next step is queued before the host waits for the
+current token; only the first new token, sampled by prefill, goes out before any decode step is queued). How it
+samples, and whether it records logprobs, can change from one completion to the next (Engine.configure: a server's
+requests each bring their own).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from llamafast import reference
 from llamafast.config import SamplingConfig
 from llamafast.errors import LlamafastError
 from llamafast.model import Transformer
@@ -39,6 +41,8 @@ PREFILL_CHUNK = 2048
 TP_PREFILL_CHUNK = 4096
 # The most alternatives recorded per token with logprobs: OpenAI's top_logprobs ranges over 0..20.
 MAX_TOP_LOGPROBS = 20
+# Token slots the host reads new tokens from (Engine.host_token): it is at most one step behind the device.
+TOKEN_RING = 4
 # Decode graphs an Engine keeps, one per way of sampling, the least recently used dropped past it: a server's
 # clients mostly send a few fixed settings, and each graph holds its own memory pool.
 MAX_DECODE_GRAPHS = 8
@@ -78,6 +82,10 @@ class Engine:
         self.scores = torch.zeros(1 + 2 * MAX_TOP_LOGPROBS, dtype=torch.float32, device=device)
         # The fused sampler's noise: its seed, drawn from torch's generator at each prefill, and its calls since.
         self.draw = torch.zeros(2, dtype=torch.int64, device=device)
+        # Each new token at its position modulo TOKEN_RING, where the host reads it; on a GPU pinned host memory,
+        # which the step writes through (kernels/advance_state.py), so no copy after the step waits on the stream.
+        self.ring = torch.zeros(TOKEN_RING, dtype=torch.long, pin_memory=device.type == "cuda")
+        self._advance_op = _state_op(device)
         # Host-side count of cache positions that hold the current sequence (0..n_cached-1), kept without a sync:
         # prefill sets it, each decode step adds the token it fed. Raised only after the work is queued, so a
         # KeyboardInterrupt mid-step leaves it short, never long (a chat reusing the cache relies on that).
@@ -224,11 +232,22 @@ class Engine:
         return graph
 
     def _advance(self, nxt: torch.Tensor, n: int) -> None:
-        self.token.copy_(nxt)
-        self.seen.index_fill_(0, self.token, True)
-        if uses_counts(self.sampling):
-            self.counts.index_add_(0, self.token, torch.ones_like(self.counts[:1]))
-        self.pos.add_(n)
+        self._advance_op(nxt, self.token, self.seen, self.counts, self.pos, self.ring, n, uses_counts(self.sampling))
+
+    def host_token(self, position: int) -> int:
+        """The token sampled for position (prompt length + i for the i-th new token), once the work that sampled
+        it has completed and no later token has taken its slot (stream_tokens waits on an event for each)."""
+        return int(self.ring[position % TOKEN_RING])
+
+
+def _state_op(device: torch.device) -> Callable:
+    """How a step's sampled token becomes the engine's state: one Triton program on a GPU, torch's ops elsewhere
+    (the CPU, where the ring is ordinary memory)."""
+    if device.type != "cuda":
+        return reference.advance_state
+    from llamafast.kernels import advance_state
+
+    return advance_state
 
 
 def first_non_finite(model: torch.nn.Module) -> str | None:
@@ -268,14 +287,12 @@ def stream_tokens(engine: Engine, prompt_ids: list[int], max_new_tokens: int, st
     on_gpu = engine.token.is_cuda
     k = engine.top_logprobs if logprobs is not None else None
     width = 1 + 2 * k if k is not None else 0  # the part of engine.scores that holds this token's numbers
-    bufs = [torch.empty(1, dtype=torch.long, pin_memory=on_gpu) for _ in range(2)]
     score_bufs = [torch.empty(width, dtype=torch.float32, pin_memory=on_gpu) for _ in range(2)] if width else []
     events = [torch.cuda.Event() if on_gpu else None for _ in range(2)]
     for i in range(max_new_tokens):
-        buf, ev = bufs[i % 2], events[i % 2]
+        ev = events[i % 2]
         if i == 1:
             engine.decode()  # token 1, held back until token 0 was handed out
-        buf.copy_(engine.token, non_blocking=on_gpu)
         if width:
             score_bufs[i % 2].copy_(engine.scores[:width], non_blocking=on_gpu)
         if ev is not None:
@@ -288,7 +305,7 @@ def stream_tokens(engine: Engine, prompt_ids: list[int], max_new_tokens: int, st
             values = score_bufs[i % 2].tolist()
             top = [(int(t), lp) for t, lp in zip(values[1 : 1 + k], values[1 + k :])]
             logprobs.append(TokenLogprob(values[0], top))
-        yield int(buf[0])
+        yield engine.host_token(len(prompt_ids) + i)
     check_decode_step(engine.model)
 
 

@@ -168,3 +168,14 @@ def sample_token(logits, seen, counts, draw, cfg, n_vocab=None):
     """The next token (1,) from logits (V,): llamafast.sampling.sample, its noise from torch's generator (draw, the
     fused kernel's seed and counter, is left alone)."""
     return sample(logits, seen, cfg, n_vocab, counts)
+
+
+def advance_state(nxt, token, seen, counts, pos, ring, n, counted):
+    """kernels/advance_state.py in torch: token, seen, counts (when counted) and pos take the sampled token nxt,
+    and the ring's slot of the new position holds it (the ring on the state's device)."""
+    token.copy_(nxt)
+    seen.index_fill_(0, token, True)
+    if counted:
+        counts.index_add_(0, token, torch.ones_like(counts[:1]))
+    pos.add_(n)
+    ring.index_copy_(0, pos.view(1) % ring.numel(), token)

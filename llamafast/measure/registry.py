@@ -22,7 +22,8 @@ from llamafast.model import rope_tables
 from llamafast.quant import FP8Format, quantize, quantize_blocks
 
 from llamafast.kernels import (
-    decode_attention, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope, rmsnorm_swiglu, sample_token, sparse_ffn,
+    advance_state, decode_attention, linear_residual, rmsnorm_lm_head, rmsnorm_qkv_rope, rmsnorm_swiglu, sample_token,
+    sparse_ffn,
 )
 
 Inputs = tuple[tuple, dict]  # positional arguments, keyword arguments
@@ -172,6 +173,21 @@ def _sample_inputs(c: ModelConfig, dtype, device, context, fp8=None):
     return (logits, seen, counts, draw, SamplingConfig()), {}
 
 
+def _advance_inputs(c: ModelConfig, dtype, device, context, fp8=None):
+    """A sampled token, the engine's state at the last of context positions, a ring on the device, counts kept."""
+    nxt = torch.randint(c.vocab_size, (1,), device=device)
+    token = torch.zeros(1, dtype=torch.int64, device=device)
+    seen = torch.arange(c.vocab_size, device=device) % 10 == 0
+    counts = torch.zeros(c.vocab_size, dtype=torch.int32, device=device)
+    pos = torch.tensor(context - 1, device=device)
+    return (nxt, token, seen, counts, pos, torch.zeros(4, dtype=torch.int64, device=device), 1, True), {}
+
+
+def _advance_bytes(c: ModelConfig, dtype, context, fp8=None):
+    """The sampled token read; token, position and ring slot written; one seen flag and one count."""
+    return 8 + 8 + 2 * 8 + 8 + 1 + 2 * 4
+
+
 REGISTRY: dict[str, KernelSpec] = {
     spec.name: spec
     for spec in [
@@ -188,6 +204,7 @@ REGISTRY: dict[str, KernelSpec] = {
                    _gemv_bytes(lambda c: c.vocab_size, lambda c: c.dim, out_bytes=4)),
         KernelSpec("sample_token[T 0.6 top-p 0.9]", sample_token, reference.sample_token, _sample_inputs,
                    lambda c, dtype, context, fp8=None: 4 * c.vocab_size),
+        KernelSpec("advance_state", advance_state, reference.advance_state, _advance_inputs, _advance_bytes),
         *[KernelSpec(f"sparse_ffn[{m.value} {SPARSE_SKIP:g}]", sparse_ffn, reference.sparse_ffn, sparse_inputs(m),
                      _sparse_bytes(m)) for m in SparseMode],
     ]
