@@ -15,6 +15,7 @@ from ._common import INTERPRET as _INTERPRET
 from ._common import settle_cache_keys as _settle_cache_keys
 from .advance_state import advance_state
 from .decode_attention import CONFIGS as _ATTENTION
+from .decode_attention import H100 as _ATTENTION_H100
 from .decode_attention import H200 as _ATTENTION_H200
 from .decode_attention import decode_attention
 from .decode_step import CONFIGS as _DECODE_STEP
@@ -60,7 +61,7 @@ COMMITTED = {
 # (scripts/experiments/fp8_layout/walk_7b.txt, walk_70b.txt).
 # The TP=2 shards' entries come from the same walk over rank 0's 7B and 13B shards with no communication (their
 # floor): 1.958 -> 1.877 and 3.552 -> 3.421 ms/token (step_launches_tp2_h200.txt, step_launches_13b_tp2_h200.txt).
-# Attention's entry cuts 7B's splits from the current length (decode_attention.AttentionConfig.min_split).
+# Attention's entry, on both, cuts 7B's splits from the current length (decode_attention.AttentionConfig.min_split).
 # An H100's entries come from the same walk of its 7B step, 60 steps a timing in bf16 and 80 in FP8 E5M2 under PDL:
 # 4.627 -> 4.559 ms/token in bf16, and 2.748 (the committed launches without PDL) -> 2.594 in FP8, where PDL on the
 # committed launches alone gained 2.751 -> 2.628 (scripts/experiments/h100_walk/). Its block entries come from the
@@ -69,7 +70,8 @@ COMMITTED = {
 # list, whose only gain was gate and up's launch (h100_walk/h100_cb91beb/).
 ON_GPU = {
     "NVIDIA H100 80GB HBM3": {"rmsnorm_qkv_rope": _QKV_H100, "linear_residual": _LINEAR_RESIDUAL_H100,
-                              "rmsnorm_swiglu": _SWIGLU_H100, "rmsnorm_lm_head": _LM_HEAD_H100},
+                              "rmsnorm_swiglu": _SWIGLU_H100, "rmsnorm_lm_head": _LM_HEAD_H100,
+                              "decode_attention": _ATTENTION_H100},
     "NVIDIA H200": {"rmsnorm_qkv_rope": _QKV_H200, "linear_residual": _LINEAR_RESIDUAL_H200,
                     "rmsnorm_swiglu": _SWIGLU_H200, "rmsnorm_lm_head": _LM_HEAD_H200,
                     "decode_attention": _ATTENTION_H200},

@@ -51,10 +51,14 @@ class AttentionConfig:
 # at both 512 and 4096 positions (8.0 and 28.6 us, split kernel and merge together); block_s and warps
 # changed little (28.6-29.9 us at 4096).
 CONFIGS: dict[tuple[int, int], AttentionConfig] = {(32, 1): AttentionConfig(n_splits=8, block_s=32, num_warps=2)}
-# An H200's own: 7B's splits cut from the current length (min_split).
+# An H200's and an H100's own: 7B's splits cut from the current length (min_split). On an H100, 7B in a
+# 4,096-position cache (scripts/experiments/attention_splits/h100/): after 1,000 tokens bf16 4,952.5-4,958.2 ->
+# 4,774.5-4,776.7 us a step and FP8 E5M2 2,973.8-2,984.4 -> 2,800.6-2,800.8; after 16, 4,623.0-4,623.3 ->
+# 4,589.8-4,589.9 and 2,651.3-2,651.5 -> 2,619.4-2,619.5; in bench's cache of 280 positions, unchanged.
 H200: dict[tuple[int, int], AttentionConfig] = {
     (32, 1): AttentionConfig(n_splits=8, block_s=32, num_warps=2, min_split=32),
 }
+H100 = H200
 DEFAULT = AttentionConfig(n_splits=8, block_s=32, num_warps=2)
 
 def attention_config(kvh: int, group: int, configs: dict[tuple[int, int], AttentionConfig] | None = None) -> AttentionConfig:
