@@ -1,5 +1,5 @@
-"""The next token from the LM head's logits in one program: penalties, then greedy, or temperature, top-k, top-p
-and a draw, which llamafast.sampling.sample does in a dozen torch kernels (a sort among them).
+"""The next token from the LM head's logits in one kernel: penalties, then greedy, or temperature, top-k, top-p and
+a draw, which llamafast.sampling.sample does in a dozen torch kernels (a sort among them).
 
     l = logits[:n], CTRL's repetition penalty and OpenAI's frequency and presence penalties applied
     greedy:  argmax l (the first of equal maxima; the first NaN, as torch.argmax)
@@ -15,11 +15,15 @@ probability about p, and conditioned on landing there it is a draw from the nucl
 from the distribution the sort gives (a token tied with the nucleus's last one is kept with it, where a sort keeps
 some of the tied ones). The noise is Philox's (tl.rand) at offsets made of a draw counter that each call advances
 on the device, so a seed gives the same tokens on every run and a replayed CUDA graph new ones at each step.
-One program walks the row in chunks (each lane keeping its own best and sums, the lanes meeting once a pass):
-on an H200 (scripts/experiments/sampling_cost/fused/) a draw with temperature 0.6 and top-p 0.9 took 38.3 us at a
-vocabulary of 32,000 and 53.7 at 49,152, against 107.2 and 114.5 for torch's kernels, greedy 7.0 and 8.5 against
-10.6 and 13.8, but top-k (four histogram passes, each a reduction per chunk) 125.2 and 186.8 against 96.6 and 108.0,
-so backends.fused_sample leaves top-k to torch.
+A program per CHUNK logits takes the first pass over its share (the largest logit, its first index, the first NaN,
+and when drawing its candidates' mass and the first race among them); the last program to finish (a ticket)
+combines the shares and, for top-p, walks the row alone for the nucleus test and any further rounds. Top-k keeps
+one program for the row, whose selection needs all of it first. On an H100
+(scripts/experiments/sampling_cost/programs/h100/), alone, at a vocabulary of 32,000 (49,152): temperature 0.6
+with top-p 0.9 17.8 us (20.9) against 37.9 (53.9) when one program walked the whole row and 107.4 (114.6) for
+torch's kernels, no filter 10.3 (10.6) against 28.5 (40.9), greedy 6.0 (6.1) against 7.0 (8.4); top-k (four
+histogram passes, each a reduction per chunk) 127.3 (189.3) against torch's 98.5 (110.4), so
+backends.fused_sample leaves top-k to torch.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ import triton.language as tl
 
 from llamafast.config import SamplingConfig
 
-from ._common import check_vector, next_pow2
+from ._common import cdiv, check_vector, next_pow2
+from .decode_attention import tickets
+from .sample_passes import chunk_logits, kth_key, order_key, row_pass
 
 CHUNK = 4096  # logits a pass loads at a time, at most: 8 a thread at 16 warps
 MAX_ROUNDS = 64  # top-p draws a call makes before it takes the most likely token (each miss removes a token)
@@ -39,138 +45,129 @@ STAGES = 3  # chunks a pass has in flight (tl.range's software pipeline)
 
 
 @triton.jit
-def _logits(logits_ptr, seen_ptr, counts_ptr, c, n, repetition, frequency, presence,
-            CHUNK: tl.constexpr, REPETITION: tl.constexpr, OPENAI: tl.constexpr):
-    """One chunk of the penalised logits (-inf past n), and its indices."""
-    i = c + tl.arange(0, CHUNK)
-    valid = i < n
-    l = tl.load(logits_ptr + i, mask=valid, other=float("-inf")).to(tl.float32)
-    if REPETITION:
-        seen = tl.load(seen_ptr + i, mask=valid, other=0) != 0
-        l = tl.where(seen, tl.where(l > 0, l / repetition, l * repetition), l)
-    if OPENAI:
-        k = tl.load(counts_ptr + i, mask=valid, other=0).to(tl.float32)
-        l = l - k * frequency - tl.where(k > 0, presence, 0.0)
-    return l, i, valid
-
-
-@triton.jit
-def _key(l):
-    """int32s ordered as the floats l are."""
-    bits = l.to(tl.int32, bitcast=True)
-    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-
-
-@triton.jit
-def _kth_key(logits_ptr, seen_ptr, counts_ptr, n, top_k, repetition, frequency, presence,
-             CHUNK: tl.constexpr, REPETITION: tl.constexpr, OPENAI: tl.constexpr):
-    """The k-th largest key among the first n: a byte a pass, from the top one."""
-    prefix = tl.full((), 0, tl.int32)  # the bytes chosen so far, of keys offset to unsigned order
-    above = tl.full((), 0, tl.int32)  # tokens whose key beats every key with that prefix
-    bins = tl.arange(0, 256)
-    for byte in tl.static_range(4):
-        shift = 24 - 8 * byte
-        hist = tl.zeros((256,), tl.int32)
-        for c in range(0, n, CHUNK):
-            l, i, valid = _logits(logits_ptr, seen_ptr, counts_ptr, c, n, repetition, frequency, presence, CHUNK,
-                                  REPETITION, OPENAI)
-            u = _key(l) ^ -2147483648
-            same = valid
-            if byte > 0:
-                same = same & (((u ^ prefix) >> (shift + 8)) == 0)
-            hist += tl.histogram((u >> shift) & 0xFF, 256, mask=same)
-        at_least = tl.sum(hist, 0) - tl.cumsum(hist, 0) + hist  # tokens with this prefix and byte >= b
-        b = tl.max(tl.where(above + at_least >= top_k, bins, -1), 0)
-        above += tl.sum(tl.where(bins > b, hist, 0), 0)
-        prefix = prefix | (b << shift)
-    return prefix ^ -2147483648
-
-
-@triton.jit
-def _pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, pivot, seed, offset,
-          repetition, frequency, presence,
+def _scan(logits_ptr, seen_ptr, counts_ptr, lo, hi, temperature, kth, seed, offset, repetition, frequency, presence,
           CHUNK: tl.constexpr, REPETITION: tl.constexpr, OPENAI: tl.constexpr, TOP_K: tl.constexpr,
-          DRAW: tl.constexpr, STAGES: tl.constexpr):
-    """Over the row: the mass of the tokens with z > pivot (DRAW False), or the winner of a Gumbel race among
-    them (DRAW True: its index, its z and the whole row's mass). Each lane keeps its own sums and best through the
-    chunks and the lanes meet once, at the end: the loop waits on nothing but its loads."""
+          SAMPLED: tl.constexpr, STAGES: tl.constexpr):
+    """One program's share [lo, hi) of the row in one pass, reduced to what the last program combines: its largest
+    logit, the first index holding it and its first NaN; when SAMPLED, also its candidates' mass exp(l / T) as
+    (max, sum relative to it), and the winner of its Gumbel race: argmax of l + T * g, the race of l / T + g
+    scaled by T, whose terms cannot overflow however small T is (the winner's index and logit)."""
     best = tl.full((CHUNK,), float("-inf"), tl.float32)
     at = tl.full((CHUNK,), 0, tl.int32)
-    z_at = tl.full((CHUNK,), float("-inf"), tl.float32)
-    mass = tl.zeros((CHUNK,), tl.float32)
-    for c in tl.range(0, n, CHUNK, num_stages=STAGES):
-        l, i, valid = _logits(logits_ptr, seen_ptr, counts_ptr, c, n, repetition, frequency, presence, CHUNK,
-                              REPETITION, OPENAI)
-        z = (l - m) / temperature
-        if TOP_K:
-            z = tl.where(_key(l) >= kth, z, float("-inf"))
-        if DRAW:
-            mass += tl.exp(z)
-            u = tl.maximum(tl.rand(seed, offset + i), 1e-30)
-            score = tl.where(z > pivot, z - tl.log(-tl.log(u)), float("-inf"))
-            better = score > best  # a lane's earlier chunk keeps a tie
-            best = tl.where(better, score, best)
-            at = tl.where(better, i, at)
-            z_at = tl.where(better, z, z_at)
-        else:
-            mass += tl.where(z > pivot, tl.exp(z), 0.0)
-    top = tl.max(best, 0)
-    token = tl.min(tl.where(best == top, at, 2147483647), 0)
-    zt = tl.max(tl.where((best == top) & (at == token), z_at, float("-inf")), 0)
-    return token, zt, tl.sum(mass, 0)
-
-
-@triton.jit
-def _sample_kernel(
-    logits_ptr, seen_ptr, counts_ptr, draw_ptr, out_ptr,  # draw (2,) int64: the seed, the calls so far
-    n, temperature, top_k, top_p, repetition, frequency, presence,
-    CHUNK: tl.constexpr, GREEDY: tl.constexpr, REPETITION: tl.constexpr, OPENAI: tl.constexpr,
-    TOP_K: tl.constexpr, TOP_P: tl.constexpr, ROUNDS: tl.constexpr, STRIDE: tl.constexpr,
-    STAGES: tl.constexpr,
-):
-    step = tl.load(draw_ptr + 1)
-    best = tl.full((CHUNK,), float("-inf"), tl.float32)  # each lane's largest logit, its index, its first NaN
-    at = tl.full((CHUNK,), 0, tl.int32)
     nan_at = tl.full((CHUNK,), 2147483647, tl.int32)
-    for c in tl.range(0, n, CHUNK, num_stages=STAGES):
-        l, i, valid = _logits(logits_ptr, seen_ptr, counts_ptr, c, n, repetition, frequency, presence, CHUNK,
+    mx = tl.full((CHUNK,), float("-inf"), tl.float32)
+    mass = tl.zeros((CHUNK,), tl.float32)
+    race = tl.full((CHUNK,), float("-inf"), tl.float32)
+    race_at = tl.full((CHUNK,), 2147483647, tl.int32)
+    race_l = tl.full((CHUNK,), float("-inf"), tl.float32)
+    for c in tl.range(lo, hi, CHUNK, num_stages=STAGES):
+        l, i, valid = chunk_logits(logits_ptr, seen_ptr, counts_ptr, c, hi, repetition, frequency, presence, CHUNK,
                               REPETITION, OPENAI)
         better = l > best  # a lane's earlier chunk keeps a tie
         best = tl.where(better, l, best)
         at = tl.where(better, i, at)
         nan_at = tl.minimum(nan_at, tl.where(l != l, i, 2147483647))
+        if SAMPLED:
+            if TOP_K:
+                l = tl.where(order_key(l) >= kth, l, float("-inf"))
+            top = tl.maximum(mx, l)
+            mass = mass * tl.exp(tl.where(mx == top, 0.0, mx - top) / temperature)
+            mass += tl.where(l == float("-inf"), 0.0, tl.exp((l - top) / temperature))
+            mx = top
+            u = tl.maximum(tl.rand(seed, offset + i), 1e-30)
+            score = tl.where(l > float("-inf"), l - temperature * tl.log(-tl.log(u)), float("-inf"))
+            won = score > race
+            race = tl.where(won, score, race)
+            race_at = tl.where(won, i, race_at)
+            race_l = tl.where(won, l, race_l)
     m = tl.max(best, 0)
     token = tl.min(tl.where(best == m, at, 2147483647), 0)  # the first of equal maxima
-    first_nan = tl.min(nan_at, 0)
+    pm = tl.max(mx, 0)
+    ps = tl.sum(tl.where(mx == float("-inf"), 0.0, mass * tl.exp((mx - pm) / temperature)), 0)
+    rs = tl.max(race, 0)
+    rat = tl.min(tl.where(race == rs, race_at, 2147483647), 0)
+    rl = tl.max(tl.where((race == rs) & (race_at == rat), race_l, float("-inf")), 0)
+    return m, token, tl.min(nan_at, 0), pm, ps, rs, rat, rl
+
+
+@triton.jit
+def _sample_kernel(
+    logits_ptr, seen_ptr, counts_ptr, draw_ptr, out_ptr,  # draw (2,) int64: the seed, the calls so far
+    part_ptr, ticket_ptr,  # part (PROGRAMS, 8) fp32: each program's _scan; ticket: int32, zero between calls
+    n, span, temperature, top_k, top_p, repetition, frequency, presence,
+    CHUNK: tl.constexpr, GREEDY: tl.constexpr, REPETITION: tl.constexpr, OPENAI: tl.constexpr,
+    TOP_K: tl.constexpr, TOP_P: tl.constexpr, ROUNDS: tl.constexpr, STRIDE: tl.constexpr,
+    STAGES: tl.constexpr, PROGRAMS: tl.constexpr, BLOCK_P: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    step = tl.load(draw_ptr + 1)
+    offset = step * ROUNDS * STRIDE
+    seed = tl.load(draw_ptr) if not GREEDY else step
+    kth = tl.full((), 0, tl.int32)
+    if TOP_K:  # the selection walks the whole row: sample_token launches one program for it
+        kth = kth_key(logits_ptr, seen_ptr, counts_ptr, n, top_k, repetition, frequency, presence, CHUNK,
+                       REPETITION, OPENAI)
+    lo = pid * span
+    parts = _scan(logits_ptr, seen_ptr, counts_ptr, lo, tl.minimum(lo + span, n), temperature, kth, seed, offset,
+                  repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, not GREEDY, STAGES)
+    for j in tl.static_range(8):
+        tl.store(part_ptr + pid * 8 + j, parts[j].to(tl.float32))
+    tl.debug_barrier()  # every thread's partials stored before the ticket releases them
+    ticket = tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu")
+    if ticket == PROGRAMS - 1:  # the last program to finish combines the shares and draws
+        tl.atomic_xchg(ticket_ptr, 0, sem="relaxed", scope="gpu")  # zero again for the next call
+        token = _finish(logits_ptr, seen_ptr, counts_ptr, part_ptr, n, temperature, kth, top_p, seed, offset,
+                        repetition, frequency, presence, CHUNK, GREEDY, REPETITION, OPENAI, TOP_K, TOP_P, ROUNDS,
+                        STRIDE, STAGES, PROGRAMS, BLOCK_P)
+        tl.store(out_ptr, token.to(tl.int64))
+        tl.store(draw_ptr + 1, step + 1)
+
+
+@triton.jit
+def _finish(logits_ptr, seen_ptr, counts_ptr, part_ptr, n, temperature, kth, top_p, seed, offset,
+            repetition, frequency, presence, CHUNK: tl.constexpr, GREEDY: tl.constexpr, REPETITION: tl.constexpr,
+            OPENAI: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr, ROUNDS: tl.constexpr,
+            STRIDE: tl.constexpr, STAGES: tl.constexpr, PROGRAMS: tl.constexpr, BLOCK_P: tl.constexpr):
+    """The token from the programs' shares (indices ride in fp32, exact below 2^24 = STRIDE): greedy's argmax or
+    first NaN, or the race's winner, which top-p keeps when the tokens more likely than it hold less than p of the
+    mass, else draws again among the likelier, in this program alone (about one call in ten at p = 0.9)."""
+    p = tl.arange(0, BLOCK_P)
+    live = p < PROGRAMS
+    big = 3.0e38
+    best = tl.load(part_ptr + p * 8, mask=live, other=float("-inf"))
+    m = tl.max(best, 0)
+    token = tl.min(tl.where(best == m, tl.load(part_ptr + p * 8 + 1, mask=live, other=big), big), 0).to(tl.int32)
+    first_nan = tl.min(tl.load(part_ptr + p * 8 + 2, mask=live, other=big), 0)
     if GREEDY:
-        token = tl.where(first_nan < n, first_nan, token)
+        token = tl.where(first_nan < n, tl.minimum(first_nan, n).to(tl.int32), token)
     else:
         likeliest = token
-        kth = tl.full((), 0, tl.int32)
-        if TOP_K:
-            kth = _kth_key(logits_ptr, seen_ptr, counts_ptr, n, top_k, repetition, frequency, presence, CHUNK,
-                           REPETITION, OPENAI)
-        seed = tl.load(draw_ptr)
-        offset = step * ROUNDS * STRIDE
-        pivot = tl.full((), float("-inf"), tl.float32)
-        token, zt, total = _pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, pivot, seed, offset,
-                                 repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, True, STAGES)
+        pm = tl.load(part_ptr + p * 8 + 3, mask=live, other=float("-inf"))
+        ps = tl.load(part_ptr + p * 8 + 4, mask=live, other=0.0)
+        total = tl.sum(tl.where(pm == float("-inf"), 0.0, ps * tl.exp((pm - m) / temperature)), 0)
+        rs = tl.load(part_ptr + p * 8 + 5, mask=live, other=float("-inf"))
+        rat = tl.load(part_ptr + p * 8 + 6, mask=live, other=big)
+        top = tl.max(rs, 0)
+        at = tl.min(tl.where(rs == top, rat, big), 0)
+        rl = tl.max(tl.where((rs == top) & (rat == at), tl.load(part_ptr + p * 8 + 7, mask=live, other=0.0),
+                             float("-inf")), 0)
+        token = at.to(tl.int32)
         if TOP_P:
-            _, _, above = _pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed, offset,
+            zt = (rl - m) / temperature
+            _, _, above = row_pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed, offset,
                                 repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False, STAGES)
             r = tl.full((), 1, tl.int32)
             while (above >= top_p * total) & (r < ROUNDS):  # outside the nucleus: draw among the likelier
-                token, zt, _ = _pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed,
+                token, zt, _ = row_pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed,
                                      offset + r * STRIDE, repetition, frequency, presence, CHUNK, REPETITION,
                                      OPENAI, TOP_K, True, STAGES)
-                _, _, above = _pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed, offset,
+                _, _, above = row_pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed, offset,
                                     repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False,
                                     STAGES)
                 r += 1
             if above >= top_p * total:  # out of rounds: the most likely token is always in the nucleus
                 token = likeliest
-    tl.store(out_ptr, token.to(tl.int64))
-    tl.store(draw_ptr + 1, step + 1)
+    return token
 
 
 def sample_token(logits: torch.Tensor, seen: torch.Tensor, counts: torch.Tensor, draw: torch.Tensor,
@@ -186,13 +183,17 @@ def sample_token(logits: torch.Tensor, seen: torch.Tensor, counts: torch.Tensor,
     out = torch.empty(1, dtype=torch.int64, device=logits.device)
     t = cfg.temperature
     sampled = t != 0
+    top_k = sampled and cfg.top_k > 0
     chunk = max(16, min(CHUNK, next_pow2(n)))
-    _sample_kernel[(1,)](
-        logits, seen, counts, draw, out, n, max(t, torch.finfo(torch.float32).tiny), min(cfg.top_k, n), cfg.top_p,
-        cfg.repetition_penalty, cfg.frequency_penalty, cfg.presence_penalty, CHUNK=chunk, GREEDY=not sampled,
+    span = n if top_k else chunk  # top-k's selection walks the whole row in one program
+    programs = cdiv(n, span)
+    part = torch.empty(programs * 8, dtype=torch.float32, device=logits.device)
+    _sample_kernel[(programs,)](
+        logits, seen, counts, draw, out, part, tickets(logits.device, 1), n, span,
+        max(t, torch.finfo(torch.float32).tiny), min(cfg.top_k, n), cfg.top_p, cfg.repetition_penalty,
+        cfg.frequency_penalty, cfg.presence_penalty, CHUNK=chunk, GREEDY=not sampled,
         REPETITION=cfg.repetition_penalty != 1.0, OPENAI=cfg.frequency_penalty != 0 or cfg.presence_penalty != 0,
-        TOP_K=sampled and cfg.top_k > 0, TOP_P=sampled and cfg.top_p < 1.0, ROUNDS=MAX_ROUNDS, STRIDE=STRIDE,
-        STAGES=STAGES,
-        num_warps=max(1, chunk // 256),
+        TOP_K=top_k, TOP_P=sampled and cfg.top_p < 1.0, ROUNDS=MAX_ROUNDS, STRIDE=STRIDE, STAGES=STAGES,
+        PROGRAMS=programs, BLOCK_P=next_pow2(programs), num_warps=max(1, chunk // 256),
     )
     return out

@@ -103,16 +103,36 @@ def backend_ops(backend: Backend, launches: Launches | None = None, gpu: str | N
 
 
 def fused_sample(logits, seen, counts, draw, cfg: SamplingConfig, n_vocab=None):
-    """Every way of sampling but top-k in one Triton program (kernels/sample_token.py), top-k in torch's kernels, as
-    each measured faster on an H200, alternated in one process (scripts/experiments/sampling_cost/fused/): alone,
-    at a vocabulary of 32,000 (49,152), temperature 0.6 with top-p 0.9 took 38.3 us (53.7) against 107.2 (114.5),
-    greedy 7.0 (8.5) against 10.6 (13.8), no filter 28.6 (40.9) against 37.7 (45.7), and top-k 125.2 (186.8)
-    against 96.6 (108.0): its four histogram passes, each a reduction per chunk on one SM."""
+    """Every way of sampling but top-k in one Triton kernel (kernels/sample_token.py), top-k in torch's kernels, as
+    each measured faster on an H100, alternated in one process (scripts/experiments/sampling_cost/programs/h100/):
+    alone, at a vocabulary of 32,000 (49,152), temperature 0.6 with top-p 0.9 took 17.8 us (20.9) against 107.4
+    (114.6), greedy 6.0 (6.1) against 10.7 (13.8), no filter 10.3 (10.6) against 39.4 (46.8), and top-k 127.3
+    (189.3) against 98.5 (110.4): its four histogram passes, each a reduction per chunk on one SM."""
     from llamafast.kernels import sample_token
 
     if cfg.temperature == 0 or cfg.top_k == 0:
         return sample_token(logits, seen, counts, draw, cfg, n_vocab)
     return reference.sample_token(logits, seen, counts, draw, cfg, n_vocab)
+
+
+def state_op(device: torch.device) -> Callable:
+    """How a step's sampled token becomes the engine's state: one Triton program on a GPU, torch's ops elsewhere
+    (the CPU, where the ring is ordinary memory)."""
+    if device.type != "cuda":
+        return reference.advance_state
+    from llamafast.kernels import advance_state
+
+    return advance_state
+
+
+def inductor_settings() -> None:
+    """gpt-fast's inductor settings, so the compile baseline is the technique at its best: coordinate-descent
+    tuning of the generated M=1 matmul kernels, and the FX graph cache for warm restarts."""
+    import torch._inductor.config as inductor
+
+    inductor.coordinate_descent_tuning = True
+    inductor.triton.unique_kernel_names = True
+    inductor.fx_graph_cache = True
 
 
 def check_decode_step(model: Transformer) -> None:

@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from llamafast import reference
 from llamafast.config import SamplingConfig
 from llamafast.errors import LlamafastError
 from llamafast.model import Transformer
-from llamafast.backends import check_decode_step
+from llamafast.backends import check_decode_step, inductor_settings, state_op
 from llamafast.prompt_graph import PromptGraphs, hold_if_parallel
 from llamafast.sampling import uses_counts
 from llamafast.tokenizers import StopMatcher, StreamDecoder, Tokenizer
@@ -85,7 +84,7 @@ class Engine:
         # Each new token at its position modulo TOKEN_RING, where the host reads it; on a GPU pinned host memory,
         # which the step writes through (kernels/advance_state.py), so no copy after the step waits on the stream.
         self.ring = torch.zeros(TOKEN_RING, dtype=torch.long, pin_memory=device.type == "cuda")
-        self._advance_op = _state_op(device)
+        self._advance_op = state_op(device)
         # Host-side count of cache positions that hold the current sequence (0..n_cached-1), kept without a sync:
         # prefill sets it, each decode step adds the token it fed. Raised only after the work is queued, so a
         # KeyboardInterrupt mid-step leaves it short, never long (a chat reusing the cache relies on that).
@@ -100,7 +99,7 @@ class Engine:
             model.setup_cache(max_seq_len)
         self.prompts = PromptGraphs(model, self.prefill_chunk) if prompt_graphs and self.mode == "graph" else None
         if self.mode == "compile":
-            _inductor_settings()
+            inductor_settings()
             self._compiled = torch.compile(self._next_token, mode="reduce-overhead", fullgraph=True)
 
     def configure(self, sampling: SamplingConfig, top_logprobs: int | None = None) -> None:
@@ -240,16 +239,6 @@ class Engine:
         return int(self.ring[position % TOKEN_RING])
 
 
-def _state_op(device: torch.device) -> Callable:
-    """How a step's sampled token becomes the engine's state: one Triton program on a GPU, torch's ops elsewhere
-    (the CPU, where the ring is ordinary memory)."""
-    if device.type != "cuda":
-        return reference.advance_state
-    from llamafast.kernels import advance_state
-
-    return advance_state
-
-
 def first_non_finite(model: torch.nn.Module) -> str | None:
     """The name of the first floating-point parameter or buffer holding NaN or inf, else None (FP8 weights are
     int8 bit patterns: their scales are checked)."""
@@ -257,16 +246,6 @@ def first_non_finite(model: torch.nn.Module) -> str | None:
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             return name
     return None
-
-
-def _inductor_settings() -> None:
-    """gpt-fast's inductor settings, so the compile baseline is the technique at its best: coordinate-descent
-    tuning of the generated M=1 matmul kernels, and the FX graph cache for warm restarts."""
-    import torch._inductor.config as inductor
-
-    inductor.coordinate_descent_tuning = True
-    inductor.triton.unique_kernel_names = True
-    inductor.fx_graph_cache = True
 
 
 @dataclass

@@ -22,6 +22,7 @@ from .common import (BLOCK_CASES, BLOCK_DTYPES, DEVICE, DTYPES, FLOAT_BLOCK_CASE
 GEMVS = [name for name, spec in REGISTRY.items() if spec.kernel in (linear_residual, rmsnorm_swiglu, rmsnorm_lm_head)]
 # The registry's kernels tested by their own modules: test_rmsnorm_qkv_rope, test_decode_attention, test_sparse_ffn.
 ELSEWHERE = {"rmsnorm_qkv_rope", "decode_attention", "sample_token[T 0.6 top-p 0.9]",  # test_sample_token.py
+             "advance_state",  # test_advance_state.py
              *(n for n in REGISTRY if n.startswith("sparse_ffn["))}
 
 

@@ -4,6 +4,8 @@ sort-based filters give, never leave the top-k and the nucleus, and repeat for t
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -113,6 +115,30 @@ def test_draws_stay_inside_the_filters(cfg):
     allowed = _allowed(penalised, cfg) > 0
     tokens = {_fused(logits, seen, counts, cfg, draw=_draw(s)) for s in range(40)}
     assert len(tokens) > 1 and all(allowed[t] for t in tokens)
+
+
+def test_programs_share_the_row(monkeypatch):
+    """A row over several programs (chunks of 64 here, 4,096 in use): greedy's first maximum and first NaN across
+    their shares, and draws that follow the distribution with the likely tokens in different programs' shares,
+    every other token far below them."""
+    module = importlib.import_module("llamafast.kernels.sample_token")  # the package's name is the function's
+    monkeypatch.setattr(module, "CHUNK", 64)
+    v = 3 * 64 + 17
+    logits, seen, counts = _inputs(v, seed=4)
+    logits[150] = logits[70] = 50.0  # tied maxima in two programs' shares: the first wins
+    cfg = SamplingConfig(temperature=0)
+    assert _fused(logits, seen, counts, cfg) == int(reference.sample_token(logits, seen, counts, None, cfg)) == 70
+    logits[v - 2] = logits[130] = float("nan")
+    assert _fused(logits, seen, counts, cfg) == 130
+    where = [3, 70, 71, 140, 150, v - 1]
+    logits = torch.full((v,), -1e4)
+    logits[where] = LOGITS
+    cfg = SamplingConfig(temperature=1.0, top_p=0.8)
+    draws = 20_000 if ON_GPU else 400
+    got = _frequencies(logits, cfg, draws)
+    want = _allowed(LOGITS, cfg)
+    assert float(got[where].sum()) == 1.0
+    assert torch.all((got[where] - want).abs() <= 5 * (want * (1 - want) / draws).sqrt() + 1e-9), (got[where], want)
 
 
 def test_a_seed_and_counter_give_the_same_token_and_others_differ():

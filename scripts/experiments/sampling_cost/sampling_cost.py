@@ -3,7 +3,8 @@ their FP8 E5M2 copy too), the engine's decode graph replayed 256 times after a 1
 of sampling below, with the torch sampler (reference.sample_token) and with the fused one (the triton backend's,
 kernels/sample_token.py) in turn, twice; then each sampler alone on random logits of the model's vocabulary,
 captured in a CUDA graph and replayed 1,000 times. (Before the fused sampler existed, the script timed the torch
-path alone: before/.)
+path alone: before/.) --one-program FILE: the fused sampler as it was when one program walked the whole row
+(programs/sample_token_one_program.py, loaded as a module of llamafast.kernels) joins the samplers.
 
     PYTHONPATH=. python scripts/experiments/sampling_cost/sampling_cost.py smollm2-135m
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
+import sys
 import time
 
 import torch
@@ -55,6 +58,16 @@ def step_us(engine: Engine, prompt: list[int], device) -> float:
 SAMPLERS = {"torch": reference.sample_token, "fused": sample_token}
 
 
+def one_program(path: str):
+    """The sampler in the file at path, imported as llamafast.kernels.sample_token_one_program."""
+    name = "llamafast.kernels.sample_token_one_program"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module.sample_token
+
+
 def sample_alone_us(vocab: int, cfg: SamplingConfig, sampler, device) -> float:
     logits = torch.randn(vocab, device=device) * 3
     seen = torch.zeros(vocab, dtype=torch.bool, device=device)
@@ -73,7 +86,10 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("shape")
     p.add_argument("--fp8", action="store_true")
+    p.add_argument("--one-program", help="the file of the sampler whose one program walked the whole row")
     a = p.parse_args()
+    if a.one_program:
+        SAMPLERS["one program"] = one_program(a.one_program)
     device = torch.device("cuda")
     base = random_model(a.shape, device)
     models = [base, quantized(base, FP8Format.e5m2)] if a.fp8 else [base]
