@@ -15,7 +15,8 @@
 # its tests skip here; they run in two calls to the same machine: `split -n 2 -d FILE` into .gguf_parts/a/part and
 # .gguf_parts/b/part (ignored), carry the first and copy it to /tmp, then carry the second and `cat` both into
 # .testdata/smollm2/ (check its sha256) before `pytest -m gpu tests -k "smollm2 or SmolLM2 or gguf"`.
-# scripts/gpu_env.sh runs the project from this tree.
+# scripts/gpu_env.sh runs the project from this tree. The device returns at most 8 files from a call: a call that runs
+# more beside the check tars OUTDIR into one file.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu_check.sh OUTDIR}
