@@ -4,7 +4,7 @@ of sampling below, with the torch sampler (reference.sample_token) and with the 
 kernels/sample_token.py) in turn, twice; then each sampler alone on random logits of the model's vocabulary,
 captured in a CUDA graph and replayed 1,000 times. (Before the fused sampler existed, the script timed the torch
 path alone: before/.) --one-program FILE: the fused sampler as it was when one program walked the whole row
-(programs/sample_token_one_program.py, loaded as a module of llamafast.kernels) joins the samplers.
+(`git show 458735d:kernels/sample_token.py > FILE`, loaded as a module of llamafast.kernels) joins the samplers.
 
     PYTHONPATH=. python scripts/experiments/sampling_cost/sampling_cost.py smollm2-135m
 """
