@@ -43,7 +43,7 @@ def kth_key(logits_ptr, seen_ptr, counts_ptr, n, top_k, repetition, frequency, p
         hist = tl.zeros((256,), tl.int32)
         for c in range(0, n, CHUNK):
             l, i, valid = chunk_logits(logits_ptr, seen_ptr, counts_ptr, c, n, repetition, frequency, presence, CHUNK,
-                                  REPETITION, OPENAI)
+                                       REPETITION, OPENAI)
             u = order_key(l) ^ -2147483648
             same = valid
             if byte > 0:
@@ -70,7 +70,7 @@ def row_pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, pivot, se
     mass = tl.zeros((CHUNK,), tl.float32)
     for c in tl.range(0, n, CHUNK, num_stages=STAGES):
         l, i, valid = chunk_logits(logits_ptr, seen_ptr, counts_ptr, c, n, repetition, frequency, presence, CHUNK,
-                              REPETITION, OPENAI)
+                                   REPETITION, OPENAI)
         z = (l - m) / temperature
         if TOP_K:
             z = tl.where(order_key(l) >= kth, z, float("-inf"))

@@ -62,7 +62,7 @@ def _scan(logits_ptr, seen_ptr, counts_ptr, lo, hi, temperature, kth, seed, offs
     race_l = tl.full((CHUNK,), float("-inf"), tl.float32)
     for c in tl.range(lo, hi, CHUNK, num_stages=STAGES):
         l, i, valid = chunk_logits(logits_ptr, seen_ptr, counts_ptr, c, hi, repetition, frequency, presence, CHUNK,
-                              REPETITION, OPENAI)
+                                   REPETITION, OPENAI)
         better = l > best  # a lane's earlier chunk keeps a tie
         best = tl.where(better, l, best)
         at = tl.where(better, i, at)
@@ -106,7 +106,7 @@ def _sample_kernel(
     kth = tl.full((), 0, tl.int32)
     if TOP_K:  # the selection walks the whole row: sample_token launches one program for it
         kth = kth_key(logits_ptr, seen_ptr, counts_ptr, n, top_k, repetition, frequency, presence, CHUNK,
-                       REPETITION, OPENAI)
+                      REPETITION, OPENAI)
     lo = pid * span
     parts = _scan(logits_ptr, seen_ptr, counts_ptr, lo, tl.minimum(lo + span, n), temperature, kth, seed, offset,
                   repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, not GREEDY, STAGES)
@@ -137,8 +137,8 @@ def _finish(logits_ptr, seen_ptr, counts_ptr, part_ptr, n, temperature, kth, top
     best = tl.load(part_ptr + p * 8, mask=live, other=float("-inf"))
     m = tl.max(best, 0)
     token = tl.min(tl.where(best == m, tl.load(part_ptr + p * 8 + 1, mask=live, other=big), big), 0).to(tl.int32)
-    first_nan = tl.min(tl.load(part_ptr + p * 8 + 2, mask=live, other=big), 0)
     if GREEDY:
+        first_nan = tl.min(tl.load(part_ptr + p * 8 + 2, mask=live, other=big), 0)
         token = tl.where(first_nan < n, tl.minimum(first_nan, n).to(tl.int32), token)
     else:
         likeliest = token
@@ -155,15 +155,15 @@ def _finish(logits_ptr, seen_ptr, counts_ptr, part_ptr, n, temperature, kth, top
         if TOP_P:
             zt = (rl - m) / temperature
             _, _, above = row_pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed, offset,
-                                repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False, STAGES)
+                                   repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False, STAGES)
             r = tl.full((), 1, tl.int32)
             while (above >= top_p * total) & (r < ROUNDS):  # outside the nucleus: draw among the likelier
                 token, zt, _ = row_pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed,
-                                     offset + r * STRIDE, repetition, frequency, presence, CHUNK, REPETITION,
-                                     OPENAI, TOP_K, True, STAGES)
+                                        offset + r * STRIDE, repetition, frequency, presence, CHUNK, REPETITION,
+                                        OPENAI, TOP_K, True, STAGES)
                 _, _, above = row_pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed, offset,
-                                    repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False,
-                                    STAGES)
+                                       repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False,
+                                       STAGES)
                 r += 1
             if above >= top_p * total:  # out of rounds: the most likely token is always in the nucleus
                 token = likeliest

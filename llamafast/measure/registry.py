@@ -184,7 +184,8 @@ def _advance_inputs(c: ModelConfig, dtype, device, context, fp8=None):
 
 
 def _advance_bytes(c: ModelConfig, dtype, context, fp8=None):
-    """The sampled token read; token, position and ring slot written; one seen flag and one count."""
+    """The sampled token and the position read, token, position and ring slot written (8 bytes each), one seen
+    flag written, one count read and written."""
     return 8 + 8 + 2 * 8 + 8 + 1 + 2 * 4
 
 
