@@ -84,6 +84,8 @@ class Engine:
         # Each new token at its position modulo TOKEN_RING, where the host reads it; on a GPU pinned host memory,
         # which the step writes through (kernels/advance_state.py), so no copy after the step waits on the stream.
         self.ring = torch.zeros(TOKEN_RING, dtype=torch.long, pin_memory=device.type == "cuda")
+        # The current token's embedding row, which each step starts from: written with the token (advance_state).
+        self.x = torch.zeros(1, model.config.dim, dtype=model.tok_embeddings.weight.dtype, device=device)
         self._advance_op = state_op(device)
         # Host-side count of cache positions that hold the current sequence (0..n_cached-1), kept without a sync:
         # prefill sets it, each decode step adds the token it fed. Raised only after the work is queued, so a
@@ -111,7 +113,7 @@ class Engine:
         self.sampling, self.top_logprobs = sampling, top_logprobs
 
     def _next_token(self, token: torch.Tensor, pos: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
-        return self._pick(self.model(token, pos)[0], seen)
+        return self._pick(self.model(token, pos, x=self.x)[0], seen)
 
     def _pick(self, logits: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
         """logits (V,) -> the sampled token (1,); with logprobs on, its log-softmax and the top alternatives go
@@ -214,7 +216,7 @@ class Engine:
         replays the graphs of earlier requests). That step writes the KV cache only at self.pos, which the first
         replay rewrites.
         """
-        state = (self.token, self.pos, self.seen, self.counts, self.scores, self.draw)
+        state = (self.token, self.pos, self.seen, self.counts, self.scores, self.draw, self.x)
         saved, rng = [t.clone() for t in state], torch.cuda.get_rng_state(self.token.device)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -231,7 +233,8 @@ class Engine:
         return graph
 
     def _advance(self, nxt: torch.Tensor, n: int) -> None:
-        self._advance_op(nxt, self.token, self.seen, self.counts, self.pos, self.ring, n, uses_counts(self.sampling))
+        self._advance_op(nxt, self.token, self.seen, self.counts, self.pos, self.ring, self.x,
+                         self.model.tok_embeddings.weight, n, uses_counts(self.sampling))
 
     def host_token(self, position: int) -> int:
         """The token sampled for position (prompt length + i for the i-th new token), once the work that sampled

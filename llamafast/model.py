@@ -169,11 +169,13 @@ class Transformer(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, all_logits: bool = False,
-                last: torch.Tensor | None = None) -> torch.Tensor:
+                last: torch.Tensor | None = None, x: torch.Tensor | None = None) -> torch.Tensor:
         """tokens (S,) int64 at positions pos..pos+S-1 -> fp32 logits (S, V), or (1, V) of the last token, or of
-        row `last` ((1,) on the device: a padded prompt's last real token, prompt_graph.py)."""
+        row `last` ((1,) on the device: a padded prompt's last real token, prompt_graph.py). x: the tokens'
+        embedding rows (S, C) where the caller holds them (an Engine's decode step), else gathered here."""
         ops = self.backend.decode if tokens.shape[0] == 1 else self.backend.prefill
-        x = self.tok_embeddings.weight[tokens]  # (S, C)
+        if x is None:
+            x = self.tok_embeddings.weight[tokens]  # (S, C)
         eps = self.config.norm_eps
         sparse = self.sparse if tokens.shape[0] == 1 or self.sparse_prefill else None
         group = self.layout.group_size if self.layout else 0

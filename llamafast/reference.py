@@ -170,9 +170,10 @@ def sample_token(logits, seen, counts, draw, cfg, n_vocab=None):
     return sample(logits, seen, cfg, n_vocab, counts)
 
 
-def advance_state(nxt, token, seen, counts, pos, ring, n, counted):
+def advance_state(nxt, token, seen, counts, pos, ring, x, table, n, counted):
     """kernels/advance_state.py in torch: token, seen, counts (when counted) and pos take the sampled token nxt,
-    and the ring's slot of the new position holds it (the ring on the state's device)."""
+    the ring's slot of the new position holds it (the ring on the state's device), and x its row of table."""
+    x.copy_(table[nxt])
     token.copy_(nxt)
     seen.index_fill_(0, token, True)
     if counted:

@@ -174,19 +174,23 @@ def _sample_inputs(c: ModelConfig, dtype, device, context, fp8=None):
 
 
 def _advance_inputs(c: ModelConfig, dtype, device, context, fp8=None):
-    """A sampled token, the engine's state at the last of context positions, a ring on the device, counts kept."""
+    """A sampled token, the engine's state at the last of context positions, a ring on the device, counts kept,
+    the embedding table whose row the next step starts from."""
     nxt = torch.randint(c.vocab_size, (1,), device=device)
     token = torch.zeros(1, dtype=torch.int64, device=device)
     seen = torch.arange(c.vocab_size, device=device) % 10 == 0
     counts = torch.zeros(c.vocab_size, dtype=torch.int32, device=device)
     pos = torch.tensor(context - 1, device=device)
-    return (nxt, token, seen, counts, pos, torch.zeros(4, dtype=torch.int64, device=device), 1, True), {}
+    ring = torch.zeros(4, dtype=torch.int64, device=device)
+    table = torch.randn(c.vocab_size, c.dim, dtype=dtype, device=device)
+    x = torch.empty(1, c.dim, dtype=dtype, device=device)
+    return (nxt, token, seen, counts, pos, ring, x, table, 1, True), {}
 
 
 def _advance_bytes(c: ModelConfig, dtype, context, fp8=None):
     """The sampled token and the position read, token, position and ring slot written (8 bytes each), one seen
-    flag written, one count read and written."""
-    return 8 + 8 + 2 * 8 + 8 + 1 + 2 * 4
+    flag written, one count read and written, one embedding row read and written."""
+    return 8 + 8 + 2 * 8 + 8 + 1 + 2 * 4 + 2 * c.dim * dtype.itemsize
 
 
 REGISTRY: dict[str, KernelSpec] = {
