@@ -24,8 +24,9 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from ._common import cdiv, dot_dim, next_pow2
+from ._common import cdiv, dot_dim, next_pow2, pdl_capable
 from .attention_merge import merge_blocks, merge_head, merge_heads
 
 
@@ -42,6 +43,13 @@ class AttentionConfig:
     # on first use picks n for the shapes no table holds (tuning.sweep.sweep_splits). The persistent step's
     # attention tasks keep splits of the cache's size.
     min_split: int = 0
+    # Launched under programmatic dependent launch: it starts in RMSNorm + QKV's last wave, waits for it there, and
+    # lets wo's GEMV launch at once. Chosen in the step by tuning on first use (tuning/__init__.py), since it wins
+    # and loses by shape: one H100, one process (scripts/experiments/pdl_edges/h100/), SmolLM2's shape bf16
+    # 387.2-387.6 -> 366.0-366.5 us a step, Q4_1 377.0-378.8 -> 366.2-366.7; 7B bf16 4,589.9-4,590.2 ->
+    # 4,709.4-4,709.8, FP8 E5M2 2,618.8-2,619.6 -> 2,644.4-2,645.0 (letting wo launch only as attention's programs
+    # end lost everywhere: 441.6-441.8, 4,622.4-4,622.5, 2,649.1-2,650.2).
+    pdl: bool = False
 
     def split_len(self, smax: int) -> int:
         return max(self.block_s, next_pow2(cdiv(smax, self.n_splits)))
@@ -83,7 +91,11 @@ def _decode_attention_split_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr,
     BLOCK_SPLITS: tl.constexpr, MERGE_G: tl.constexpr, MERGE_CHUNK: tl.constexpr, MIN_SPLIT: tl.constexpr,
+    PDL: tl.constexpr = False,  # AttentionConfig.pdl
 ):
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     attention_split(
         tl.program_id(0), tl.program_id(1), q_ptr, k_ptr, v_ptr, pos_ptr, part_ptr, lse_ptr, stride_ch, stride_cs,
         n_splits, sm_scale, counter_ptr, out_ptr, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S, SPLIT_LEN, FP32,
@@ -178,6 +190,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         BLOCK_S=cfg.block_s, SPLIT_LEN=split_len, FP32=q.dtype == torch.float32,
         BLOCK_SPLITS=next_pow2(n_splits), MERGE_G=merge_g, MERGE_CHUNK=merge_chunk, MIN_SPLIT=cfg.min_split,
         num_warps=cfg.num_warps,
+        **({"PDL": True, "launch_pdl": True} if cfg.pdl and pdl_capable(q.device) else {}),
     )
     return out
 

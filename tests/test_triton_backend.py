@@ -40,6 +40,26 @@ def test_golden_on_cuda_graph(golden, backend):
     assert out.text == golden["bos_only"]["steps_200_text"]
 
 
+@pytest.mark.gpu
+def test_golden_on_cuda_graph_with_attention_under_pdl(golden):
+    """Attention launched under programmatic dependent launch (AttentionConfig.pdl, which tuning picks where the
+    step runs faster with it): it waits for RMSNorm + QKV in place and lets wo launch at once; the tokens stay
+    golden."""
+    import dataclasses
+
+    from llamafast.kernels.decode_attention import attention_config
+
+    lm = load_model(None, device=torch.device("cuda"), dtype=DType.float32, backend=Backend.triton)
+    c, table = lm.model.config, lm.model.backend.launches["decode_attention"]
+    key = (c.n_kv_heads, c.n_heads // c.n_kv_heads)
+    table[key] = dataclasses.replace(attention_config(*key, table), pdl=True)
+    case = golden["prompt_once_upon_a_time"]
+    out = generate(Engine(lm.model, GREEDY, 69), lm.tokenizer, case["prompt_ids_with_bos"], 64)
+    assert out.token_ids == case["continuation_ids"]
+    out = generate(Engine(lm.model, GREEDY, 201), lm.tokenizer, [1], 200)
+    assert out.text == golden["bos_only"]["steps_200_text"]
+
+
 @requires_stories
 @pytest.mark.parametrize("chunk", [4096, 7])
 def test_golden_logits_from_prefill_kernels(golden, chunk):

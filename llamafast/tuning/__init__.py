@@ -143,8 +143,8 @@ IN_STEP = "timing launches in the decode step"
 
 def tune(plan: Plan, progress: compiling.Progress | None = None) -> Tuned:
     """Sweeps each missing key's quick list (inputs from the kernel registry at the model's shape), keeps the
-    fastest launch (a block GEMV that can take float activations: its way as the model's step times it,
-    tuning/ways.py; not with ignore_committed, whose tables the winners never join), merges the winners into the
+    fastest launch (a GEMV's among its fastest, and attention's with or without PDL, as the model's step times
+    them, tuning/ways.py; not with ignore_committed, whose tables the winners never join), merges the winners into the
     model's tables and saves them. progress(phase, done, total) hears of each kernel compiled, sweep and step
     timed."""
     t0 = time.perf_counter()
@@ -171,9 +171,11 @@ def tune(plan: Plan, progress: compiling.Progress | None = None) -> Tuned:
             cache.merge(plan.tables, won)
             pdl = pdl_capable(plan.device)
             offers = {k: launches for k, s in sweeps.items() if (launches := ways.offered(s, pdl))}
+            offers.update(ways.attention_offered(won, pdl))
             if offers and plan.model.backend.layers is None:  # the per-op step: a persistent one runs none of them
                 chosen = ways.choose(plan.model, plan.tables, offers, plan.timer, _phase(progress, IN_STEP))
-                won.update({k: Entry(launch, ways.alone_us(sweeps[k], launch)) for k, launch in chosen.items()})
+                won.update({k: Entry(launch, won[k].us if k[0] == "decode_attention" else
+                                     ways.alone_us(sweeps[k], launch)) for k, launch in chosen.items()})
     header = {"device": plan.gpu, "triton": environment(plan.device)["triton"], "kernels": cache.kernel_hash()}
     warning = cache.save(plan.path, won, header)
     return Tuned(won, time.perf_counter() - t0, ahead, plan.path, warning)

@@ -24,6 +24,10 @@ GEMV's TOP fastest are timed in the step too, and an FP8 GEMV's also under PDL (
 Llama-2-13B tuned from scratch decoded FP8 E5M2 at 209.3 tok/s twice against 200.9 and 200.7 with the sweep's
 winners, bf16 at 115.8 against 115.4-115.7 (and 108.7 in the call's first bench, each of whose launches ran in
 another bench of 115.4 or more), for 28-41 s of tuning a format against 8 (scripts/experiments/float_ways/).
+
+Attention's launch, chosen alone (its sweep, then its splits), is timed in the step as it is and under PDL
+(AttentionConfig.pdl), which only the step can tell apart: on one H100 it took SmolLM2's shape from 387 to 366 us
+a step and 7B's bf16 from 4,590 to 4,710 (scripts/experiments/pdl_edges/h100/).
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from collections.abc import Callable
 
 import torch
 
+from llamafast.kernels.decode_attention import AttentionConfig
 from llamafast.kernels.gemv import GemvConfig
+from llamafast.tuning.cache import Entries
 from llamafast.tuning.sweep import Sweep, Timer
 
 CONTEXT = 64  # positions of the scratch cache the step is timed in (tuning times a token's weights, not its cache)
@@ -66,14 +72,21 @@ def offered(s: Sweep, pdl: bool = False) -> list[GemvConfig]:
     return out if len(out) > 1 else []
 
 
+def attention_offered(won: Entries, pdl: bool) -> dict[tuple, list[AttentionConfig]]:
+    """Attention's winner as swept and under programmatic dependent launch, by (table, key), where the GPU takes
+    it (pdl), else nothing."""
+    return {k: [e.launch, dataclasses.replace(e.launch, pdl=True)] for k, e in won.items()
+            if pdl and isinstance(e.launch, AttentionConfig)}
+
+
 def alone_us(s: Sweep, launch: GemvConfig) -> float:
     """The sweep's time of an offered launch (one under PDL: the same launch's, swept without it)."""
     return s.times[launch] if launch in s.times else s.times[dataclasses.replace(launch, pdl=False)]
 
 
-def choose(model, tables: dict[str, dict], offers: dict[tuple, list[GemvConfig]], timer: Timer,
-           progress: Callable[[int, int], None] | None = None) -> dict[tuple, GemvConfig]:
-    """{(table, key): the launch kept} for each GEMV of offers (its launches, the sweep's winner first), timed in
+def choose(model, tables: dict[str, dict], offers: dict[tuple, list], timer: Timer,
+           progress: Callable[[int, int], None] | None = None) -> dict[tuple, GemvConfig | AttentionConfig]:
+    """{(table, key): the launch kept} for each kernel of offers (its launches, the sweep's winner first), timed in
     model's decode step (timer: tuning.sweep.Timer, called with the step bound to configs={key: launch}); tables
     (the model's) hold each choice as the next GEMV is timed. progress(done, total) hears of each GEMV timed."""
     if model.cache_len < CONTEXT:

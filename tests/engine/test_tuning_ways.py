@@ -1,7 +1,7 @@
 """A block GEMV's launch and way of taking its activations chosen by the decode step (llamafast/tuning/ways.py):
 each way's two fastest launches are timed in the step in two passes, the step's fastest is kept (a tie keeps the
-sweep's winner), it is cached, and the step timed is the model's. Fake timers on the CPU, the kernels in Triton's
-interpreter."""
+sweep's winner), it is cached, and the step timed is the model's; attention's launch with and without PDL the same
+way. Fake timers on the CPU, the kernels in Triton's interpreter."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from llamafast.kernels.gemv import GemvConfig
 from llamafast.load.blocks import block_state
 from llamafast.load.weights import random_state
 from llamafast.tuning import ways
+from llamafast.tuning.cache import Entry
 from llamafast.tuning.sweep import Sweep
 
 from ..kernels.common import DEVICE, ODD, tolerance
@@ -161,3 +162,35 @@ def test_progress_hears_of_each_sweep_then_each_gemv_timed_in_the_step(state):
     steps = [h for h in heard if h[0] == tuning.IN_STEP]
     assert [done for _, done, _ in steps] == list(range(1, len(steps) + 1)) and steps[-1][2] == len(steps) >= 2
     assert heard.index((tuning.SWEEPING, n, n)) < heard.index(steps[0])
+
+
+def test_attention_is_offered_with_and_without_pdl_where_the_gpu_takes_it():
+    cut = AttentionConfig(4, 32, 2, min_split=32)
+    won = {("decode_attention", (2, 2)): Entry(cut, 1.0), WO: Entry(GemvConfig(2, 128, 1), 2.0)}
+    assert ways.attention_offered(won, pdl=True) == {("decode_attention", (2, 2)): [
+        cut, dataclasses.replace(cut, pdl=True)]}
+    assert ways.attention_offered(won, pdl=False) == {}
+
+
+@pytest.mark.parametrize("faster", [True, False])
+def test_the_step_picks_attentions_pdl(faster, monkeypatch):
+    """Attention's winner alone (its splits chosen) is timed in the step as it is and under PDL: PDL is kept only
+    where the step runs faster with it, then cached and read back with the time alone; a tie keeps it off."""
+    monkeypatch.setattr(tuning, "pdl_capable", lambda device: True)
+    tuned, steps = odd_model(), []
+    key = ("decode_attention", (ODD.n_kv_heads, ODD.n_heads // ODD.n_kv_heads))
+
+    def timer(call, sets) -> float:
+        ((k, launch),) = call.keywords["configs"].items()
+        if call.func is not ways._step:
+            return cost(launch)
+        steps.append(((call.args[1], k), launch))
+        return 10.0 - (faster and (call.args[1], k) == key and launch.pdl)
+
+    done = tuning.tune(tuning.prepare(tuned, timer))
+    offered = [launch for job, launch in steps if job == key]
+    assert [launch.pdl for launch in offered] == [False, True] * ways.PASSES
+    assert done.launches[key].launch == dataclasses.replace(offered[0], pdl=faster)
+    assert done.launches[key].us == cost(offered[0]) and not any(launch.pdl for job, launch in steps if job != key)
+    again = odd_model()
+    assert tuning.prepare(again, timer).missing == [] and again.backend.launches[key[0]][key[1]].pdl == faster

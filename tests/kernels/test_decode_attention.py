@@ -84,6 +84,25 @@ def test_splits_cut_from_the_length_match_reference(config, dtype, where):
         assert not tickets(q.device, kvh).any()
 
 
+@pytest.mark.parametrize("config", SHAPES)
+@pytest.mark.parametrize("where", ["first", "2splits+block+5", "full"])
+def test_under_pdl_matches_reference(config, where):
+    """A launch under programmatic dependent launch (AttentionConfig.pdl; on the CPU, which lacks it, the plain
+    launch), twice through the merge's tickets."""
+    from llamafast.kernels.decode_attention import tickets
+
+    kvh, group = config.n_kv_heads, config.n_heads // config.n_kv_heads
+    cfg = dataclasses.replace(attention_config(kvh, group), pdl=True)
+    length = {"first": 1, "2splits+block+5": 2 * cfg.split_len(SMAX) + cfg.block_s + 5, "full": SMAX}[where]
+    (q, k_cache, v_cache, _), _ = SPEC.make_inputs(config, torch.float32, DEVICE, SMAX)
+    pos = torch.tensor(min(length, SMAX) - 1, device=DEVICE)
+    want = SPEC.reference(q, k_cache, v_cache, pos)
+    for _ in range(2):
+        got = SPEC.kernel(q, k_cache, v_cache, pos, configs={(kvh, group): cfg})
+        torch.testing.assert_close(got, want, **tolerance(torch.float32))
+        assert not tickets(q.device, kvh).any()
+
+
 # Groups the CPU shapes lack: Llama-2-70B's 8 query heads a KV head and SmolLM2's 3, head_dim 64 and 128 (so a
 # merge takes 8 splits a load), and Llama-2-7B's 1 (its own merge, of one head).
 GROUPS = [pytest.param(ModelConfig(dim=512, n_layers=1, n_heads=4, n_kv_heads=4, vocab_size=64, max_seq_len=SMAX),

@@ -1,0 +1,119 @@
+"""The decode step's kernels that run without programmatic dependent launch (PDL), launched under it, timed in one
+process on a GPU against the step as it is, alternated: random weights of each SHAPE (bf16, and FP8 / block formats
+as --fp8 / --weights ask), 16 + 256 tokens decoded greedily (--temperature: sampled), each way's graph captured
+once, then replayed with the host reading nothing (and streamed, as bench times it, in the first round).
+
+- off: the step as committed: attention, the sampler and advance_state launched plainly.
+- attn_start: attention under PDL, letting wo launch as it starts (decode_attention.PDL_MODE 1).
+- attn_end: attention under PDL, letting wo launch as its programs end (PDL_MODE 2).
+- tail: the sampler and advance_state under PDL (each starts in the kernel ahead's last wave and waits there).
+- attn_end_tail: both.
+
+Each way's greedy tokens are compared with off's.
+
+    PYTHONPATH=. python scripts/experiments/pdl_edges/ab.py smollm2-135m llama-2-7b --fp8 e5m2
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+
+import torch
+
+from llamafast.backends import with_backend
+from llamafast.config import Backend, DType, FP8Format, WeightFormat
+from llamafast.generate import Engine, stream_tokens
+from llamafast.load import quantized, random_block_models, random_model
+from llamafast.measure.common import copy_bandwidth, random_prompt
+from llamafast.runtime import ready_built
+from llamafast.sampling import SamplingConfig
+
+attention = importlib.import_module("llamafast.kernels.decode_attention")
+sampler = importlib.import_module("llamafast.kernels.sample_token")
+advance = importlib.import_module("llamafast.kernels.advance_state")
+NEW = 256
+WAYS = {"off": (0, False), "attn_start": (1, False), "attn_end": (2, False), "tail": (0, True),
+        "attn_end_tail": (2, True)}
+
+
+def set_way(name: str) -> None:
+    mode, tail = WAYS[name]
+    attention.PDL_MODE, sampler.PDL, advance.PDL = mode, tail, tail
+
+
+def replayed(engine: Engine, prompt: list[int]) -> float:
+    engine.prefill(prompt)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(NEW - 1):
+        engine.decode()
+    torch.cuda.synchronize()
+    return 1e6 * (time.perf_counter() - t0) / (NEW - 1)
+
+
+def streamed(engine: Engine, prompt: list[int]) -> tuple[float, list[int]]:
+    stamps, ids = [], []
+    for t in stream_tokens(engine, prompt, NEW):
+        stamps.append(time.perf_counter())
+        ids.append(t)
+    return 1e6 * (stamps[-1] - stamps[0]) / (len(stamps) - 1), ids
+
+
+def models(shape: str, fp8: list[str], weights: list[str], device):
+    lm = random_model(shape, device, DType.bfloat16, Backend.triton)
+    yield "bf16", lm
+    for f in fp8:
+        yield f"fp8 {f}", quantized(lm, FP8Format(f))
+    blocks = [WeightFormat(w) for w in weights]
+    if blocks:
+        del lm
+        torch.cuda.empty_cache()
+        for w, blm in zip(blocks, random_block_models(shape, device, DType.bfloat16, Backend.triton, blocks)):
+            yield w.value, blm
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("shapes", nargs="+")
+    p.add_argument("--fp8", nargs="*", default=[])
+    p.add_argument("--weights", nargs="*", default=[])
+    p.add_argument("--ways", nargs="*", default=list(WAYS))
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--reps", type=int, default=3)
+    a = p.parse_args()
+    device = torch.device("cuda")
+    sampling = SamplingConfig(temperature=a.temperature, seed=1)
+    for shape in a.shapes:
+        prompt = None
+        for name, lm in models(shape, a.fp8, a.weights, device):
+            ready_built(lm)
+            model = with_backend(lm.model, Backend.triton)
+            if prompt is None:
+                prompt = random_prompt(16, model.config.vocab_size, torch.Generator().manual_seed(0))
+                print(f"{shape} on {torch.cuda.get_device_name(device)}; copy bandwidth "
+                      f"{copy_bandwidth(device):.0f} GB/s; 16 + {NEW} tokens, temperature {a.temperature}",
+                      flush=True)
+            engines = {}
+            for way in a.ways:  # each way's graphs captured under its settings
+                set_way(way)
+                engines[way] = Engine(model, sampling, len(prompt) + NEW)
+                list(stream_tokens(engines[way], prompt, 8))
+                list(stream_tokens(engines[way], prompt, 8))
+            set_way("off")
+            ids = {}
+            for way, e in engines.items():
+                us, ids[way] = streamed(e, prompt)
+                print(f"{name:9} streamed {way:13}: {us:8.1f} µs a step", flush=True)
+            for rep in range(a.reps):
+                line = "  ".join(f"{way} {replayed(e, prompt):8.1f}" for way, e in engines.items())
+                print(f"{name:9} run {rep + 1} replayed µs a step: {line}", flush=True)
+            same = [way for way in engines if ids[way] == ids[a.ways[0]]]
+            print(f"{name:9} tokens equal to {a.ways[0]}'s: {', '.join(same)}", flush=True)
+            del engines, model, lm
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
