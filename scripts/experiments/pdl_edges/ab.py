@@ -12,6 +12,9 @@ once, then replayed with the host reading nothing (and streamed, as bench times 
 Each way's greedy tokens are compared with off's.
 
     PYTHONPATH=. python scripts/experiments/pdl_edges/ab.py smollm2-135m llama-2-7b --fp8 e5m2
+
+It runs on the tree with tried.diff applied (git apply): the module switches it sets exist only there; the
+committed code keeps attn_start alone, as AttentionConfig.pdl, which tuning chooses in the step.
 """
 
 from __future__ import annotations
