@@ -1,6 +1,6 @@
-"""The sampler's passes over the row of logits (sample_token.py): the penalised logits of a chunk, the k-th largest
-key by radix selection, and one pass of the nucleus test or of a Gumbel race among the tokens above a pivot, which
-the program that finishes a draw walks alone."""
+"""The sampler's passes over the row of logits (sample_token.py, sample_nucleus.py): the penalised logits of a chunk,
+the k-th largest key by radix selection, one pass of the nucleus test or of a Gumbel race among the tokens above a
+pivot, and the rounds of draws a missed nucleus test takes, which the program that finishes a draw walks alone."""
 
 from __future__ import annotations
 
@@ -57,18 +57,18 @@ def kth_key(logits_ptr, seen_ptr, counts_ptr, n, top_k, repetition, frequency, p
 
 
 @triton.jit
-def row_pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, pivot, seed, offset,
+def row_pass(logits_ptr, seen_ptr, counts_ptr, lo, n, m, temperature, kth, pivot, seed, offset,
           repetition, frequency, presence,
           CHUNK: tl.constexpr, REPETITION: tl.constexpr, OPENAI: tl.constexpr, TOP_K: tl.constexpr,
           DRAW: tl.constexpr, STAGES: tl.constexpr):
-    """Over the row: the mass of the tokens with z > pivot (DRAW False), or the winner of a Gumbel race among
-    them (DRAW True: its index, its z and the whole row's mass). Each lane keeps its own sums and best through the
-    chunks and the lanes meet once, at the end: the loop waits on nothing but its loads."""
+    """Over the row's ids [lo, n): the mass of the tokens with z > pivot (DRAW False), or the winner of a Gumbel
+    race among them (DRAW True: its index, its z and the whole row's mass). Each lane keeps its own sums and best
+    through the chunks and the lanes meet once, at the end: the loop waits on nothing but its loads."""
     best = tl.full((CHUNK,), float("-inf"), tl.float32)
     at = tl.full((CHUNK,), 0, tl.int32)
     z_at = tl.full((CHUNK,), float("-inf"), tl.float32)
     mass = tl.zeros((CHUNK,), tl.float32)
-    for c in tl.range(0, n, CHUNK, num_stages=STAGES):
+    for c in tl.range(lo, n, CHUNK, num_stages=STAGES):
         l, i, valid = chunk_logits(logits_ptr, seen_ptr, counts_ptr, c, n, repetition, frequency, presence, CHUNK,
                                    REPETITION, OPENAI)
         z = (l - m) / temperature
@@ -88,3 +88,24 @@ def row_pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, pivot, se
     token = tl.min(tl.where(best == top, at, 2147483647), 0)
     zt = tl.max(tl.where((best == top) & (at == token), z_at, float("-inf")), 0)
     return token, zt, tl.sum(mass, 0)
+
+
+@triton.jit
+def redraws(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, above, total, top_p, token, likeliest,
+            seed, offset, repetition, frequency, presence, CHUNK: tl.constexpr, REPETITION: tl.constexpr,
+            OPENAI: tl.constexpr, TOP_K: tl.constexpr, ROUNDS: tl.constexpr, STRIDE: tl.constexpr,
+            STAGES: tl.constexpr):
+    """The drawn token, kept where the tokens more likely than it (z > zt) hold less than top_p of the mass, else
+    drawn again among those, round after round, by this program alone (about one call in ten at p = 0.9); out of
+    rounds, the most likely token, which is always in the nucleus."""
+    r = tl.full((), 1, tl.int32)
+    while (above >= top_p * total) & (r < ROUNDS):
+        token, zt, _ = row_pass(logits_ptr, seen_ptr, counts_ptr, 0, n, m, temperature, kth, zt, seed,
+                                offset + r * STRIDE, repetition, frequency, presence, CHUNK, REPETITION, OPENAI,
+                                TOP_K, True, STAGES)
+        _, _, above = row_pass(logits_ptr, seen_ptr, counts_ptr, 0, n, m, temperature, kth, zt, seed, offset,
+                               repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False, STAGES)
+        r += 1
+    if above >= top_p * total:
+        token = likeliest
+    return token

@@ -17,8 +17,9 @@ some of the tied ones). The noise is Philox's (tl.rand) at offsets made of a dra
 on the device, so a seed gives the same tokens on every run and a replayed CUDA graph new ones at each step.
 A program per CHUNK logits takes the first pass over its share (the largest logit, its first index, the first NaN,
 and when drawing its candidates' mass and the first race among them); the last program to finish (a ticket)
-combines the shares and, for top-p, walks the row alone for the nucleus test and any further rounds. Top-k keeps
-one program for the row, whose selection needs all of it first. On an H100
+combines the shares. For top-p, a second launch (sample_nucleus.py) tests the drawn token against the nucleus over
+the same shares and its last program takes any further rounds alone. Top-k keeps one program for the row, whose
+selection needs all of it first, and tests the nucleus in it. On an H100
 (scripts/experiments/sampling_cost/programs/h100/), alone, at a vocabulary of 32,000 (49,152): temperature 0.6
 with top-p 0.9 17.8 us (20.9) against 37.9 (53.9) when one program walked the whole row and 107.4 (114.6) for
 torch's kernels, no filter 10.3 (10.6) against 28.5 (40.9), greedy 6.0 (6.1) against 7.0 (8.4); top-k (four
@@ -36,7 +37,8 @@ from llamafast.config import SamplingConfig
 
 from ._common import cdiv, check_vector, next_pow2
 from .decode_attention import tickets
-from .sample_passes import chunk_logits, kth_key, order_key, row_pass
+from .sample_nucleus import STATE, nucleus
+from .sample_passes import chunk_logits, kth_key, order_key, redraws, row_pass
 
 CHUNK = 4096  # logits a pass loads at a time, at most: 8 a thread at 16 warps
 MAX_ROUNDS = 64  # top-p draws a call makes before it takes the most likely token (each miss removes a token)
@@ -97,7 +99,7 @@ def _sample_kernel(
     n, span, temperature, top_k, top_p, repetition, frequency, presence,
     CHUNK: tl.constexpr, GREEDY: tl.constexpr, REPETITION: tl.constexpr, OPENAI: tl.constexpr,
     TOP_K: tl.constexpr, TOP_P: tl.constexpr, ROUNDS: tl.constexpr, STRIDE: tl.constexpr,
-    STAGES: tl.constexpr, PROGRAMS: tl.constexpr, BLOCK_P: tl.constexpr,
+    STAGES: tl.constexpr, PROGRAMS: tl.constexpr, BLOCK_P: tl.constexpr, SPLIT_P: tl.constexpr,
 ):
     pid = tl.program_id(0)
     step = tl.load(draw_ptr + 1)
@@ -118,7 +120,7 @@ def _sample_kernel(
         tl.atomic_xchg(ticket_ptr, 0, sem="relaxed", scope="gpu")  # zero again for the next call
         token = _finish(logits_ptr, seen_ptr, counts_ptr, part_ptr, n, temperature, kth, top_p, seed, offset,
                         repetition, frequency, presence, CHUNK, GREEDY, REPETITION, OPENAI, TOP_K, TOP_P, ROUNDS,
-                        STRIDE, STAGES, PROGRAMS, BLOCK_P)
+                        STRIDE, STAGES, PROGRAMS, BLOCK_P, SPLIT_P)
         tl.store(out_ptr, token.to(tl.int64))
         tl.store(draw_ptr + 1, step + 1)
 
@@ -127,10 +129,12 @@ def _sample_kernel(
 def _finish(logits_ptr, seen_ptr, counts_ptr, part_ptr, n, temperature, kth, top_p, seed, offset,
             repetition, frequency, presence, CHUNK: tl.constexpr, GREEDY: tl.constexpr, REPETITION: tl.constexpr,
             OPENAI: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr, ROUNDS: tl.constexpr,
-            STRIDE: tl.constexpr, STAGES: tl.constexpr, PROGRAMS: tl.constexpr, BLOCK_P: tl.constexpr):
+            STRIDE: tl.constexpr, STAGES: tl.constexpr, PROGRAMS: tl.constexpr, BLOCK_P: tl.constexpr,
+            SPLIT_P: tl.constexpr):
     """The token from the programs' shares (indices ride in fp32, exact below 2^24 = STRIDE): greedy's argmax or
     first NaN, or the race's winner, which top-p keeps when the tokens more likely than it hold less than p of the
-    mass, else draws again among the likelier, in this program alone (about one call in ten at p = 0.9)."""
+    mass, else draws again among the likelier (redraws). SPLIT_P: the nucleus test is sample_nucleus.py's, which
+    finds here what it needs (the row's max, its mass, the winner's z, the likeliest token) after the shares."""
     p = tl.arange(0, BLOCK_P)
     live = p < PROGRAMS
     big = 3.0e38
@@ -154,19 +158,19 @@ def _finish(logits_ptr, seen_ptr, counts_ptr, part_ptr, n, temperature, kth, top
         token = at.to(tl.int32)
         if TOP_P:
             zt = (rl - m) / temperature
-            _, _, above = row_pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed, offset,
-                                   repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False, STAGES)
-            r = tl.full((), 1, tl.int32)
-            while (above >= top_p * total) & (r < ROUNDS):  # outside the nucleus: draw among the likelier
-                token, zt, _ = row_pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed,
-                                        offset + r * STRIDE, repetition, frequency, presence, CHUNK, REPETITION,
-                                        OPENAI, TOP_K, True, STAGES)
-                _, _, above = row_pass(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, seed, offset,
-                                       repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K, False,
-                                       STAGES)
-                r += 1
-            if above >= top_p * total:  # out of rounds: the most likely token is always in the nucleus
-                token = likeliest
+            if SPLIT_P:
+                state = part_ptr + PROGRAMS * 8  # STATE values: sample_nucleus.py reads them
+                tl.store(state, m)
+                tl.store(state + 1, total)
+                tl.store(state + 2, zt)
+                tl.store(state + 3, likeliest.to(tl.float32))
+            else:
+                _, _, above = row_pass(logits_ptr, seen_ptr, counts_ptr, 0, n, m, temperature, kth, zt, seed,
+                                       offset, repetition, frequency, presence, CHUNK, REPETITION, OPENAI, TOP_K,
+                                       False, STAGES)
+                token = redraws(logits_ptr, seen_ptr, counts_ptr, n, m, temperature, kth, zt, above, total, top_p,
+                                token, likeliest, seed, offset, repetition, frequency, presence, CHUNK, REPETITION,
+                                OPENAI, TOP_K, ROUNDS, STRIDE, STAGES)
     return token
 
 
@@ -187,13 +191,18 @@ def sample_token(logits: torch.Tensor, seen: torch.Tensor, counts: torch.Tensor,
     chunk = max(16, min(CHUNK, next_pow2(n)))
     span = n if top_k else chunk  # top-k's selection walks the whole row in one program
     programs = cdiv(n, span)
-    part = torch.empty(programs * 8, dtype=torch.float32, device=logits.device)
+    part = torch.empty(programs * 8 + STATE, dtype=torch.float32, device=logits.device)
+    top_p = sampled and cfg.top_p < 1.0
+    split_p = top_p and programs > 1  # the nucleus test over the programs' shares: a second launch
+    temperature, penalties = max(t, torch.finfo(torch.float32).tiny), (
+        cfg.repetition_penalty, cfg.frequency_penalty, cfg.presence_penalty)
+    flags = dict(CHUNK=chunk, REPETITION=cfg.repetition_penalty != 1.0,
+                 OPENAI=cfg.frequency_penalty != 0 or cfg.presence_penalty != 0, ROUNDS=MAX_ROUNDS, STRIDE=STRIDE,
+                 STAGES=STAGES, PROGRAMS=programs, BLOCK_P=next_pow2(programs), num_warps=max(1, chunk // 256))
     _sample_kernel[(programs,)](
-        logits, seen, counts, draw, out, part, tickets(logits.device, 1), n, span,
-        max(t, torch.finfo(torch.float32).tiny), min(cfg.top_k, n), cfg.top_p, cfg.repetition_penalty,
-        cfg.frequency_penalty, cfg.presence_penalty, CHUNK=chunk, GREEDY=not sampled,
-        REPETITION=cfg.repetition_penalty != 1.0, OPENAI=cfg.frequency_penalty != 0 or cfg.presence_penalty != 0,
-        TOP_K=top_k, TOP_P=sampled and cfg.top_p < 1.0, ROUNDS=MAX_ROUNDS, STRIDE=STRIDE, STAGES=STAGES,
-        PROGRAMS=programs, BLOCK_P=next_pow2(programs), num_warps=max(1, chunk // 256),
+        logits, seen, counts, draw, out, part, tickets(logits.device, 1), n, span, temperature, min(cfg.top_k, n),
+        cfg.top_p, *penalties, GREEDY=not sampled, TOP_K=top_k, TOP_P=top_p, SPLIT_P=split_p, **flags,
     )
+    if split_p:
+        nucleus(logits, seen, counts, draw, out, part, n, span, temperature, cfg.top_p, penalties, flags)
     return out

@@ -141,6 +141,20 @@ def test_programs_share_the_row(monkeypatch):
     assert torch.all((got[where] - want).abs() <= 5 * (want * (1 - want) / draws).sqrt() + 1e-9), (got[where], want)
 
 
+def test_the_nucleus_test_over_the_programs_draws_what_one_program_draws(monkeypatch):
+    """Top-p over several programs' shares (sample_nucleus.py's launch) against the whole row in one program: the
+    first race and every later round draw the same noise, and only the order of the mass's sums differs, so each
+    seed gives the same token; at p = 0.3 most first draws miss the nucleus and take more rounds."""
+    module = importlib.import_module("llamafast.kernels.sample_token")
+    v = 5 * 64 + 9
+    logits, seen, counts = _inputs(v, seed=6)
+    cfg = SamplingConfig(temperature=0.9, top_p=0.3, repetition_penalty=1.1)
+    whole = [_fused(logits, seen, counts, cfg, draw=_draw(s)) for s in range(24)]
+    monkeypatch.setattr(module, "CHUNK", 64)
+    assert [_fused(logits, seen, counts, cfg, draw=_draw(s)) for s in range(24)] == whole
+    assert len(set(whole)) > 1
+
+
 def test_a_seed_and_counter_give_the_same_token_and_others_differ():
     logits, seen, counts = _inputs(500, seed=2)
     cfg = SamplingConfig(temperature=1.0, top_p=1.0)

@@ -4,7 +4,9 @@ of sampling below, with the torch sampler (reference.sample_token) and with the 
 kernels/sample_token.py) in turn, twice; then each sampler alone on random logits of the model's vocabulary,
 captured in a CUDA graph and replayed 1,000 times. (Before the fused sampler existed, the script timed the torch
 path alone: before/.) --one-program FILE: the fused sampler as it was when one program walked the whole row
-(`git show 458735d:kernels/sample_token.py > FILE`, loaded as a module of llamafast.kernels) joins the samplers.
+(`git show 458735d:kernels/sample_token.py > FILE`, loaded as a module of llamafast.kernels) joins the samplers;
+--before FILE: so does a sampler of another commit, "before", its sample_token.py after the passes it imports
+(nucleus/command.txt says how FILE was made).
 
     PYTHONPATH=. python scripts/experiments/sampling_cost/sampling_cost.py smollm2-135m
 """
@@ -58,9 +60,8 @@ def step_us(engine: Engine, prompt: list[int], device) -> float:
 SAMPLERS = {"torch": reference.sample_token, "fused": sample_token}
 
 
-def one_program(path: str):
-    """The sampler in the file at path, imported as llamafast.kernels.sample_token_one_program."""
-    name = "llamafast.kernels.sample_token_one_program"
+def one_program(path: str, name: str = "llamafast.kernels.sample_token_one_program"):
+    """The sampler in the file at path, imported as the module name."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -87,9 +88,12 @@ def main() -> None:
     p.add_argument("shape")
     p.add_argument("--fp8", action="store_true")
     p.add_argument("--one-program", help="the file of the sampler whose one program walked the whole row")
+    p.add_argument("--before", help="the file of another commit's sampler, its passes inlined")
     a = p.parse_args()
     if a.one_program:
         SAMPLERS["one program"] = one_program(a.one_program)
+    if a.before:
+        SAMPLERS["before"] = one_program(a.before, "llamafast.kernels.sample_token_before")
     device = torch.device("cuda")
     base = random_model(a.shape, device)
     models = [base, quantized(base, FP8Format.e5m2)] if a.fp8 else [base]
