@@ -22,7 +22,8 @@ the same shares and its last program takes any further rounds alone. Top-k keeps
 selection needs all of it first, and tests the nucleus in it. On an H100
 (scripts/experiments/sampling_cost/programs/h100/), alone, at a vocabulary of 32,000 (49,152): temperature 0.6
 with top-p 0.9 17.8 us (20.9) against 37.9 (53.9) when one program walked the whole row and 107.4 (114.6) for
-torch's kernels, no filter 10.3 (10.6) against 28.5 (40.9), greedy 6.0 (6.1) against 7.0 (8.4); top-k (four
+torch's kernels (with the nucleus test's own launch, 16.8 (18.1) against 17.2 (20.7) in another process:
+sampling_cost/nucleus/h100/), no filter 10.3 (10.6) against 28.5 (40.9), greedy 6.0 (6.1) against 7.0 (8.4); top-k (four
 histogram passes, each a reduction per chunk) 127.3 (189.3) against torch's 98.5 (110.4), so
 backends.fused_sample leaves top-k to torch.
 """
