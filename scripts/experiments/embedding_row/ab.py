@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import time
+import sys
+from pathlib import Path
 
 import torch
 
-from llamafast.backends import with_backend
-from llamafast.config import Backend, DType, FP8Format, WeightFormat
-from llamafast.generate import Engine, stream_tokens
-from llamafast.load import quantized, random_block_models, random_model
-from llamafast.measure.common import copy_bandwidth, random_prompt
-from llamafast.runtime import ready_built
-from llamafast.sampling import SamplingConfig, uses_counts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine_ab import models, opened, replayed, streamed, warm  # noqa: E402
+
+from llamafast.generate import Engine, stream_tokens  # noqa: E402
+from llamafast.sampling import SamplingConfig, uses_counts  # noqa: E402
 
 advance = importlib.import_module("llamafast.kernels.advance_state")
 NEW = 256
@@ -44,38 +44,6 @@ class GatherEngine(Engine):
                                       num_warps=1)
 
 
-def streamed(tokens) -> tuple[float, list[int]]:
-    """µs per decode step from the first token's arrival to the last's, as bench_backend times them."""
-    stamps, ids = [], []
-    for t in tokens:
-        stamps.append(time.perf_counter())
-        ids.append(t)
-    return 1e6 * (stamps[-1] - stamps[0]) / (len(stamps) - 1), ids
-
-
-def replayed(engine: Engine, prompt: list[int]) -> float:
-    engine.prefill(prompt)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(NEW - 1):
-        engine.decode()
-    torch.cuda.synchronize()
-    return 1e6 * (time.perf_counter() - t0) / (NEW - 1)
-
-
-def models(shape: str, fp8: list[str], weights: list[str], device):
-    lm = random_model(shape, device, DType.bfloat16, Backend.triton)
-    yield "bf16", lm
-    for f in fp8:
-        yield f"fp8 {f}", quantized(lm, FP8Format(f))
-    blocks = [WeightFormat(w) for w in weights]
-    if blocks:
-        del lm
-        torch.cuda.empty_cache()
-        for w, blm in zip(blocks, random_block_models(shape, device, DType.bfloat16, Backend.triton, blocks)):
-            yield w.value, blm
-
-
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("shapes", nargs="+")
@@ -88,21 +56,14 @@ def main() -> None:
     for shape in a.shapes:
         prompt = None
         for name, lm in models(shape, a.fp8, a.weights, device):
-            ready_built(lm)
-            model = with_backend(lm.model, Backend.triton)
-            if prompt is None:
-                prompt = random_prompt(16, model.config.vocab_size, torch.Generator().manual_seed(0))
-                print(f"{shape} on {torch.cuda.get_device_name(device)}; copy bandwidth "
-                      f"{copy_bandwidth(device):.0f} GB/s; 16 + {NEW} tokens, greedy", flush=True)
+            model, prompt = opened(lm, shape, NEW, "greedy", prompt)
             row = Engine(model, greedy, len(prompt) + NEW)
             gather = GatherEngine(model, greedy, len(prompt) + NEW)
-            for e in (row, gather):  # warm-up: compile, capture the decode graph and the prompt's
-                list(stream_tokens(e, prompt, 8))
-                list(stream_tokens(e, prompt, 8))
+            warm((row, gather), prompt)
             for rep in range(a.reps):
                 row_us, row_ids = streamed(stream_tokens(row, prompt, NEW))
                 gather_us, gather_ids = streamed(stream_tokens(gather, prompt, NEW))
-                row_r, gather_r = replayed(row, prompt), replayed(gather, prompt)
+                row_r, gather_r = replayed(row, prompt, NEW), replayed(gather, prompt, NEW)
                 same = "equal" if gather_ids == row_ids else "DIFFER"
                 print(f"{name:9} run {rep + 1}: µs per step streamed: row {row_us:8.1f}, gather {gather_us:8.1f}; "
                       f"replayed: row {row_r:8.1f}, gather {gather_r:8.1f}; streamed tok/s row {1e6 / row_us:7.1f}, "

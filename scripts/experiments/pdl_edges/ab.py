@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import time
+import sys
+from pathlib import Path
 
 import torch
 
-from llamafast.backends import with_backend
-from llamafast.config import Backend, DType, FP8Format, WeightFormat
-from llamafast.generate import Engine, stream_tokens
-from llamafast.load import quantized, random_block_models, random_model
-from llamafast.measure.common import copy_bandwidth, random_prompt
-from llamafast.runtime import ready_built
-from llamafast.sampling import SamplingConfig
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine_ab import models, opened, replayed, streamed, warm  # noqa: E402
+
+from llamafast.generate import Engine, stream_tokens  # noqa: E402
+from llamafast.sampling import SamplingConfig  # noqa: E402
 
 attention = importlib.import_module("llamafast.kernels.decode_attention")
 sampler = importlib.import_module("llamafast.kernels.sample_token")
@@ -44,37 +44,6 @@ WAYS = {"off": (0, False), "attn_start": (1, False), "attn_end": (2, False), "ta
 def set_way(name: str) -> None:
     mode, tail = WAYS[name]
     attention.PDL_MODE, sampler.PDL, advance.PDL = mode, tail, tail
-
-
-def replayed(engine: Engine, prompt: list[int]) -> float:
-    engine.prefill(prompt)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(NEW - 1):
-        engine.decode()
-    torch.cuda.synchronize()
-    return 1e6 * (time.perf_counter() - t0) / (NEW - 1)
-
-
-def streamed(engine: Engine, prompt: list[int]) -> tuple[float, list[int]]:
-    stamps, ids = [], []
-    for t in stream_tokens(engine, prompt, NEW):
-        stamps.append(time.perf_counter())
-        ids.append(t)
-    return 1e6 * (stamps[-1] - stamps[0]) / (len(stamps) - 1), ids
-
-
-def models(shape: str, fp8: list[str], weights: list[str], device):
-    lm = random_model(shape, device, DType.bfloat16, Backend.triton)
-    yield "bf16", lm
-    for f in fp8:
-        yield f"fp8 {f}", quantized(lm, FP8Format(f))
-    blocks = [WeightFormat(w) for w in weights]
-    if blocks:
-        del lm
-        torch.cuda.empty_cache()
-        for w, blm in zip(blocks, random_block_models(shape, device, DType.bfloat16, Backend.triton, blocks)):
-            yield w.value, blm
 
 
 def main() -> None:
@@ -91,26 +60,19 @@ def main() -> None:
     for shape in a.shapes:
         prompt = None
         for name, lm in models(shape, a.fp8, a.weights, device):
-            ready_built(lm)
-            model = with_backend(lm.model, Backend.triton)
-            if prompt is None:
-                prompt = random_prompt(16, model.config.vocab_size, torch.Generator().manual_seed(0))
-                print(f"{shape} on {torch.cuda.get_device_name(device)}; copy bandwidth "
-                      f"{copy_bandwidth(device):.0f} GB/s; 16 + {NEW} tokens, temperature {a.temperature}",
-                      flush=True)
+            model, prompt = opened(lm, shape, NEW, f"temperature {a.temperature}", prompt)
             engines = {}
             for way in a.ways:  # each way's graphs captured under its settings
                 set_way(way)
                 engines[way] = Engine(model, sampling, len(prompt) + NEW)
-                list(stream_tokens(engines[way], prompt, 8))
-                list(stream_tokens(engines[way], prompt, 8))
+                warm([engines[way]], prompt)
             set_way("off")
             ids = {}
             for way, e in engines.items():
-                us, ids[way] = streamed(e, prompt)
+                us, ids[way] = streamed(stream_tokens(e, prompt, NEW))
                 print(f"{name:9} streamed {way:13}: {us:8.1f} µs a step", flush=True)
             for rep in range(a.reps):
-                line = "  ".join(f"{way} {replayed(e, prompt):8.1f}" for way, e in engines.items())
+                line = "  ".join(f"{way} {replayed(e, prompt, NEW):8.1f}" for way, e in engines.items())
                 print(f"{name:9} run {rep + 1} replayed µs a step: {line}", flush=True)
             same = [way for way in engines if ids[way] == ids[a.ways[0]]]
             print(f"{name:9} tokens equal to {a.ways[0]}'s: {', '.join(same)}", flush=True)

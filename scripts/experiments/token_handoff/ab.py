@@ -16,17 +16,19 @@ Each way's tokens are compared with the ring's (greedy: they must be equal).
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import torch
 
-from llamafast.backends import with_backend
-from llamafast.config import Backend, DType, WeightFormat
-from llamafast.generate import Engine, stream_tokens
-from llamafast.load import random_block_models, random_model
-from llamafast.measure.common import copy_bandwidth, random_prompt
-from llamafast.runtime import ready_built
-from llamafast.sampling import SamplingConfig, uses_counts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine_ab import opened, replayed, streamed, warm  # noqa: E402
+
+from llamafast.config import Backend, DType, WeightFormat  # noqa: E402
+from llamafast.generate import Engine, stream_tokens  # noqa: E402
+from llamafast.load import random_block_models, random_model  # noqa: E402
+from llamafast.sampling import SamplingConfig, uses_counts  # noqa: E402
 
 NEW = 256
 
@@ -59,25 +61,6 @@ def copy_stream(engine: Engine, prompt: list[int], n: int):
         yield int(buf[0])
 
 
-def streamed(tokens) -> tuple[float, list[int]]:
-    """µs per decode step from the first token's arrival to the last's, as bench_backend times them."""
-    stamps, ids = [], []
-    for t in tokens:
-        stamps.append(time.perf_counter())
-        ids.append(t)
-    return 1e6 * (stamps[-1] - stamps[0]) / (len(stamps) - 1), ids
-
-
-def replayed(engine: Engine, prompt: list[int]) -> float:
-    engine.prefill(prompt)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(NEW - 1):
-        engine.decode()
-    torch.cuda.synchronize()
-    return 1e6 * (time.perf_counter() - t0) / (NEW - 1)
-
-
 def models(shape: str, weights: list[str], device):
     if "bf16" in weights:
         yield "bf16", random_model(shape, device, DType.bfloat16, Backend.triton)
@@ -97,21 +80,14 @@ def main() -> None:
     greedy = SamplingConfig(temperature=0)
     prompt = None
     for name, lm in models(a.shape, a.weights, device):
-        ready_built(lm)
-        model = with_backend(lm.model, Backend.triton)
-        if prompt is None:
-            prompt = random_prompt(16, model.config.vocab_size, torch.Generator().manual_seed(0))
-            print(f"{a.shape} on {torch.cuda.get_device_name(device)}; copy bandwidth "
-                  f"{copy_bandwidth(device):.0f} GB/s; 16 + {NEW} tokens, greedy", flush=True)
+        model, prompt = opened(lm, a.shape, NEW, "greedy", prompt)
         ring = Engine(model, greedy, len(prompt) + NEW)
         copy = CopyEngine(model, greedy, len(prompt) + NEW)
-        for e in (ring, copy):  # warm-up: compile, capture the decode graph and the prompt's
-            list(stream_tokens(e, prompt, 8))
-            list(stream_tokens(e, prompt, 8))
+        warm((ring, copy), prompt)
         for rep in range(a.reps):
             ring_us, ring_ids = streamed(stream_tokens(ring, prompt, NEW))
             copy_us, copy_ids = streamed(copy_stream(copy, prompt, NEW))
-            replay_us = replayed(ring, prompt)
+            replay_us = replayed(ring, prompt, NEW)
             same = "equal" if copy_ids == ring_ids else "DIFFER"
             print(f"{name:9} run {rep + 1}: µs per step: ring {ring_us:8.1f}, copy {copy_us:8.1f}, replay "
                   f"{replay_us:8.1f}; ring {1e6 / ring_us:7.1f} tok/s, copy {1e6 / copy_us:7.1f}; tokens {same}",
