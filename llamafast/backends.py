@@ -104,8 +104,8 @@ def backend_ops(backend: Backend, launches: Launches | None = None, gpu: str | N
 
 def fused_sample(logits, seen, counts, draw, cfg: SamplingConfig, n_vocab=None):
     """Every way of sampling but top-k in Triton (kernels/sample_token.py; top-p's nucleus test in a second launch,
-    sample_nucleus.py), top-k in torch's kernels, as
-    each measured faster on an H100, alternated in one process (scripts/experiments/sampling_cost/programs/h100/):
+    sample_nucleus.py), top-k in torch's kernels, as each measured faster on an H100, alternated in one process
+    (scripts/experiments/sampling_cost/programs/h100/):
     alone, at a vocabulary of 32,000 (49,152), temperature 0.6 with top-p 0.9 took 17.8 us (20.9) against 107.4
     (114.6), greedy 6.0 (6.1) against 10.7 (13.8), no filter 10.3 (10.6) against 39.4 (46.8), and top-k 127.3
     (189.3) against 98.5 (110.4): its four histogram passes, each a reduction per chunk on one SM."""
