@@ -9,9 +9,9 @@ the programs' shares in its partials buffer (STATE values) and the drawn token i
 share sums its part of the mass above, and the last to finish (a ticket) adds the parts and decides, where the
 first launch's last program walked the whole row alone. One H100, one process (scripts/experiments/sampling_cost/
 nucleus/h100/): the sampler alone at temperature 0.6 with top-p 0.9, 20.7 -> 18.1 us at a vocabulary of 49,152,
-17.2 -> 16.8 at 32,000 (no filter: 10.3 and 10.2), with a repetition penalty 24.4 -> 19.6 and 20.2 -> 18.2; in
-the decode step, SmolLM2's shape 387.1-388.0 -> 385.0-385.2 us (with the penalty 393.3-396.0 -> 387.0-388.1), 7B
-bf16 4,601.9-4,602.7 -> 4,600.9-4,601.7 (4,605.1-4,605.8 -> 4,604.5)."""
+17.2 -> 16.8 at 32,000 (no filter, either way: 10.3-10.4 and 10.2), with a repetition penalty 24.4 -> 19.6 and
+20.2 -> 18.2; in the decode step, SmolLM2's shape 387.1-388.0 -> 385.0-385.2 us (with the penalty 393.3-396.0 ->
+387.0-388.1), 7B bf16 4,601.9-4,602.7 -> 4,600.9-4,601.7 (4,605.1-4,605.8 -> 4,604.5)."""
 
 from __future__ import annotations
 

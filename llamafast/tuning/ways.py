@@ -88,7 +88,7 @@ def choose(model, tables: dict[str, dict], offers: dict[tuple, list], timer: Tim
            progress: Callable[[int, int], None] | None = None) -> dict[tuple, GemvConfig | AttentionConfig]:
     """{(table, key): the launch kept} for each kernel of offers (its launches, the sweep's winner first), timed in
     model's decode step (timer: tuning.sweep.Timer, called with the step bound to configs={key: launch}); tables
-    (the model's) hold each choice as the next GEMV is timed. progress(done, total) hears of each GEMV timed."""
+    (the model's) hold each choice as the next kernel is timed. progress(done, total) hears of each kernel timed."""
     if model.cache_len < CONTEXT:
         model.setup_cache(CONTEXT)  # scratch: an Engine sets up its own cache of its length
     w = model.tok_embeddings.weight
