@@ -45,6 +45,15 @@ def dot_dim(n: int) -> int:
     return max(16, next_pow2(n))
 
 
+def resident_programs(kernel, num_warps: int, device: torch.device) -> int:
+    """How many programs of a compiled kernel one SM holds at once (registers, allocated per warp in 256s;
+    threads; shared memory), at most 32."""
+    props = torch.cuda.get_device_properties(device)
+    regs = cdiv(kernel.n_regs * 32, 256) * 256 * num_warps
+    return min(props.regs_per_multiprocessor // max(regs, 1), props.max_threads_per_multi_processor // (32 * num_warps),
+               props.shared_memory_per_multiprocessor // max(kernel.metadata.shared + 1024, 1024), 32)
+
+
 def check_vector(name: str, t: torch.Tensor, n: int) -> None:
     assert t.is_contiguous() and t.numel() == n, f"{name}: expected {n} contiguous elements, got {tuple(t.shape)}"
 

@@ -1,21 +1,20 @@
 """Every layer of one decode token in one persistent kernel: resident programs walk a task list in dependency order.
 
     for each layer: qkv tiles -> attention splits (+ merge) -> wo tiles -> gate/up tiles -> w2 tiles
+    (a sparse FFN: wo tiles -> select tiles -> gather tiles -> scatter tiles, decode_step_sparse.py)
 
 The per-op graph launches about 5 kernels per layer, each paying its ramp-up, tail and partial last wave. Here a
 grid of co-resident programs (SMs x programs per SM, checked at launch) takes the tasks (layer, op, tile) of the
 whole step round-robin in topological order, running the per-op kernels' tile bodies. A task reads its first
 weight tile, then waits on the counter of the op it depends on (counters.py: a volatile spin, one acquire), so the
 next op's weight stream starts while the current op's last tiles finish; a program reports its tasks of an op with
-one release when it moves on to another op. Round-robin over a topological order cannot deadlock when every
-program is resident: the lowest unfinished task has every input done, and its program has nothing before it.
-Each layer has its own activation rows, padded to 128 bytes, so no SM can hold a stale line of an activation in
-L1: every row is written once per launch, before any program reads it. The counters (and the attention merge's
-tickets) are zeroed before each launch, inside the CUDA graph. The LM head and sampling run after the kernel.
-Weights are float, FP8 or block formats; block tiles run the per-op GEMVs' int8 loop, each rounding its own slice
-of the activations to int8 blocks (gemv_int8.py), so no op needs a quantize pass. Where layers mix block formats
-(decode_step_plan.formats_refusal says which mixes), a flag per layer picks the tile body of its weight's format.
-
+one release when it moves on. Round-robin over a topological order cannot deadlock when every program is
+resident: the lowest unfinished task has every input done, and its program has nothing before it. Each layer has
+its own activation rows, padded to 128 bytes, so no SM holds a stale L1 line of one: every row is written once
+per launch, before any program reads it. The counters (and the attention merge's tickets) are zeroed inside the
+CUDA graph before each launch. The LM head and sampling run after the kernel. Block-format tiles run the per-op
+GEMVs' int8 loop, each rounding its own slice of the activations (gemv_int8.py); where layers mix block formats
+(decode_step_plan.formats_refusal), a flag per layer picks the tile body of its weight's format.
 SEQUENTIAL (the interpreter): one program walks the list in order, so no task waits. STAMPS: each task's start
 and end on the GPU's clock (DecodeStep.stamped). L layers, C dim, F hidden, H heads, KVH kv heads, D head_dim.
 """
@@ -27,12 +26,13 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import globaltimer
 
-from ._common import INTERPRET, cdiv, dot_dim, next_pow2, scale_arg
+from ._common import INTERPRET, cdiv, dot_dim, next_pow2, resident_programs, scale_arg
 from .counters import report_done, wait_count
 from .attention_merge import merge_blocks
 from .decode_attention import attention_config, attention_split
-from .decode_step_plan import (CONFIGS, FLAGS, OPS, TENSORS, LayerTensors, StepConfig, even_split, format_args,
+from .decode_step_plan import (CONFIGS, OPS, LayerTensors, StepConfig, even_split, format_args,
                                offset_table, op_tasks, row_elems, step_config, step_formats, step_key, tail_tensors)
+from .decode_step_sparse import SPARSE_OPS, SparseTiles, sparse_args, sparse_scratch, sparse_task
 from .decode_step_tasks import alt_format, at, linear_task, step_task, swiglu_task
 from .rmsnorm_qkv_rope import qkv_rope_tile
 
@@ -43,14 +43,13 @@ class DecodeStep:
     after the last layer, (1, C). Build it outside graph capture (it allocates); every call replays unchanged."""
 
     def __init__(self, layers: list[LayerTensors], cos: torch.Tensor, sin: torch.Tensor, n_heads: int, eps: float,
-                 configs: dict | None = None, attention_configs: dict | None = None):
+                 configs: dict | None = None, attention_configs: dict | None = None,
+                 sparse: SparseTiles | None = None):  # layers' FFN sparse: each layer's LayerTensors.sparse
         first = layers[0]
         self.layers, self.cos, self.sin, self.eps = layers, cos, sin, eps
-        self.c = first.attn_norm.numel()
-        self.f, self.n_qkv = first.w1.shape[0], first.wqkv.shape[0]
+        self.c, self.f, self.n_qkv = first.attn_norm.numel(), first.w1.shape[0], first.wqkv.shape[0]
         self.kvh, self.smax, self.d = first.k_cache.shape
-        self.h = n_heads
-        self.qd = n_heads * self.d
+        self.h, self.qd = n_heads, n_heads * self.d
         self.formats = step_formats(layers)
         dev, dt = first.k_cache.device, first.k_cache.dtype
         self.cfg = even_split(step_config(CONFIGS if configs is None else configs, step_key(self.c, self.f,
@@ -62,22 +61,19 @@ class DecodeStep:
         self.block_s, n = att.block_s, len(layers)
         self.rows = {"x": row_elems(self.c, dt), "q": row_elems(self.qd, dt), "f": row_elems(self.f, dt)}
         self.xs = torch.zeros((n + 1) * self.rows["x"], device=dev, dtype=dt)  # row 0 unused; row l+1: layer l's out
-        self.hs = torch.zeros(n * self.rows["x"], device=dev, dtype=dt)
-        self.qs = torch.zeros(n * self.rows["q"], device=dev, dtype=dt)
-        self.att = torch.zeros(n * self.rows["q"], device=dev, dtype=dt)
-        self.fs = torch.zeros(n * self.rows["f"], device=dev, dtype=dt)
-        self.part_row = row_elems(n_heads * self.n_splits * self.d, torch.float32)
-        self.lse_row = row_elems(n_heads * self.n_splits, torch.float32)
-        self.part = torch.zeros(n * self.part_row, device=dev, dtype=torch.float32)
-        self.lse = torch.zeros(n * self.lse_row, device=dev, dtype=torch.float32)
-        self.counts_per_op = op_tasks(self.n_qkv, self.c, self.f, self.kvh, self.n_splits, self.cfg)
-        self.count_row = row_elems(len(OPS) + self.kvh, torch.int32)
+        self.hs, self.qs, self.att, self.fs = (torch.zeros(n * self.rows[r], device=dev, dtype=dt) for r in "xqqf")
+        self.part_row, self.lse_row = (row_elems(n_heads * self.n_splits * k, torch.float32) for k in (self.d, 1))
+        self.part, self.lse = (torch.zeros(n * r, device=dev, dtype=torch.float32) for r in (self.part_row,
+                                                                                             self.lse_row))
+        self.counts_per_op = op_tasks(self.n_qkv, self.c, self.f, self.kvh, self.n_splits, self.cfg, sparse)
+        self.ops = OPS if sparse is None else SPARSE_OPS
+        self.sparse, self.sparse_bufs = sparse, sparse_scratch(sparse, n, self.c, self.f, dev)
+        self.count_row = row_elems(len(self.ops) + self.kvh, torch.int32)
         self.counts = torch.zeros(n * self.count_row, device=dev, dtype=torch.int32)
         self.watchdog = torch.zeros(1, device=dev, dtype=torch.int32)
         self.table = offset_table(layers).to(dev)
-        self.grid: int | None = None
-        self.n_regs: int | None = None  # registers per thread of the compiled kernel, and spilled ones (GPU)
-        self.n_spills: int | None = None
+        # Set by the first call (GPU): programs in the grid, registers per thread of the kernel and spilled ones
+        self.grid = self.n_regs = self.n_spills = None
 
     def __call__(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         assert x.is_contiguous() and x.numel() == self.c and x.dtype == self.xs.dtype, "x: (1, C) in the cache dtype"
@@ -112,7 +108,7 @@ class DecodeStep:
             self.table, self.counts if stamps is None else stamps,
             first.wqkv.data, first.wo.data, first.w1.data, first.w3.data, first.w2.data,
             scale_arg(first.wqkv), scale_arg(first.wo), scale_arg(first.w1), scale_arg(first.w3), scale_arg(first.w2),
-            *tail_tensors(self.layers),
+            *tail_tensors(self.layers), *sparse_args(first.sparse, self.sparse_bufs, self.xs),
             first.attn_norm, first.ffn_norm, first.k_cache, first.v_cache, self.cos, self.sin, pos,
             first.k_cache.stride(0), first.k_cache.stride(1), self.eps, self.d ** -0.5,
         )
@@ -120,9 +116,9 @@ class DecodeStep:
             LAYERS=len(self.layers), C=self.c, F=self.f, N_QKV=self.n_qkv, QD=self.qd, KVD=self.kvh * self.d,
             KVH=self.kvh, HEAD_DIM=self.d, GROUP=self.h // self.kvh, N_SPLITS=self.n_splits,
             XR=self.rows["x"], QR=self.rows["q"], FR=self.rows["f"], PR=self.part_row, LR=self.lse_row,
-            CR=self.count_row, TW=len(TENSORS) + len(FLAGS), **format_args(self.formats),
+            CR=self.count_row, TW=self.table.shape[1], **format_args(self.formats),
             T_QKV=self.counts_per_op[0], T_ATT=self.counts_per_op[1], T_WO=self.counts_per_op[2],
-            T_FFN=self.counts_per_op[3], T_W2=self.counts_per_op[4],
+            T_FFN=self.counts_per_op[3], T_W2=self.counts_per_op[4], **self.sparse_bufs.meta,
             BN_QKV=cfg.qkv[0], BK_QKV=cfg.qkv[1], BN_WO=cfg.wo[0], BK_WO=cfg.wo[1], BN_FFN=cfg.ffn[0],
             BK_FFN=cfg.ffn[1], BN_W2=cfg.w2[0], BK_W2=cfg.w2[1],
             BLOCK_G=dot_dim(self.h // self.kvh), BLOCK_D=dot_dim(self.d), BLOCK_S=self.block_s,
@@ -141,16 +137,13 @@ class DecodeStep:
             return 1
         kernel = _decode_step_kernel.warmup(*args, 1, grid=(1,), **meta)
         kernel._init_handles()
-        props = torch.cuda.get_device_properties(self.xs.device)
-        threads = 32 * self.cfg.num_warps
-        regs = cdiv(kernel.n_regs * 32, 256) * 256 * self.cfg.num_warps  # allocated per warp in 256s
-        fit = min(props.regs_per_multiprocessor // max(regs, 1), props.max_threads_per_multi_processor // threads,
-                  props.shared_memory_per_multiprocessor // max(kernel.metadata.shared + 1024, 1024), 32)
+        fit = resident_programs(kernel, self.cfg.num_warps, self.xs.device)
         if record:
             self.n_regs, self.n_spills = kernel.n_regs, kernel.n_spills
         if fit < 1:
             raise RuntimeError(f"the decode step kernel cannot be resident: {kernel.n_regs} registers per thread")
-        return min(min(fit, self.cfg.programs_per_sm) * props.multi_processor_count, sum(self.counts_per_op))
+        sms = torch.cuda.get_device_properties(self.xs.device).multi_processor_count
+        return min(min(fit, self.cfg.programs_per_sm) * sms, sum(self.counts_per_op))
 
 
 @triton.jit(do_not_specialize=["n_programs"])
@@ -158,20 +151,23 @@ def _decode_step_kernel(
     x_ptr, xs_ptr, hs_ptr, qs_ptr, att_ptr, fs_ptr, part_ptr, lse_ptr, count_ptr, watchdog_ptr,  # input, scratch
     table_ptr, stamp_ptr,  # (L, TW) int64: offsets of each layer's tensors from the first's below, flags; stamps
     wqkv_ptr, wo_ptr, w1_ptr, w3_ptr, w2_ptr, sqkv_ptr, swo_ptr, s1_ptr, s3_ptr, s2_ptr, t_ptr, ts_ptr,
+    r_ptr, rb_ptr, thr_ptr, wk_ptr, sr_ptr,  # sparse FFN: SPARSE_TENSORS of layer 0, the scratch rows
     an_ptr, fn_ptr, kc_ptr, vc_ptr,
     cos_ptr, sin_ptr, pos_ptr, stride_ch, stride_cs, eps, sm_scale, n_programs,
     LAYERS: tl.constexpr, C: tl.constexpr, F: tl.constexpr, N_QKV: tl.constexpr, QD: tl.constexpr,
     KVD: tl.constexpr, KVH: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, N_SPLITS: tl.constexpr,
     XR: tl.constexpr, QR: tl.constexpr, FR: tl.constexpr, PR: tl.constexpr, LR: tl.constexpr, CR: tl.constexpr,
     TW: tl.constexpr,
-    # Formats (WeightFormat.code, -1: none) and row strides (plan.StepFormats): wqkv's, its tail's, and each other
-    # weight's first and second.
+    # Formats (WeightFormat.code, -1: none), row strides (StepFormats): wqkv's, its tail's, others' first and second
     F_QKV: tl.constexpr, S_QKV: tl.constexpr, F_T: tl.constexpr, S_T: tl.constexpr,
     F_WO: tl.constexpr, S_WO: tl.constexpr, FB_WO: tl.constexpr, SB_WO: tl.constexpr,
     F_FFN: tl.constexpr, S_FFN: tl.constexpr, FB_FFN: tl.constexpr, SB_FFN: tl.constexpr,
     F_W2: tl.constexpr, S_W2: tl.constexpr, FB_W2: tl.constexpr, SB_W2: tl.constexpr,
     T_QKV: tl.constexpr, T_ATT: tl.constexpr, T_WO: tl.constexpr, T_FFN: tl.constexpr,
-    T_W2: tl.constexpr,  # tasks per op (op_tasks)
+    T_W2: tl.constexpr,  # tasks per op (op_tasks); with SPARSE, T_FFN, T_W2 and T_X are select, gather, scatter
+    SPARSE: tl.constexpr, T_X: tl.constexpr, G: tl.constexpr, N_GROUPS: tl.constexpr, BN_SEL: tl.constexpr,  # sparse_
+    BK_SEL: tl.constexpr, BN_GAT: tl.constexpr, BK_GAT: tl.constexpr, SPLITS: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_ALL: tl.constexpr, HR: tl.constexpr, SR: tl.constexpr,  # scratch's meta
     BN_QKV: tl.constexpr, BK_QKV: tl.constexpr, BN_WO: tl.constexpr, BK_WO: tl.constexpr,
     BN_FFN: tl.constexpr, BK_FFN: tl.constexpr, BN_W2: tl.constexpr, BK_W2: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr,
@@ -180,7 +176,8 @@ def _decode_step_kernel(
     STAMPS: tl.constexpr = False,
 ):
     WAIT: tl.constexpr = not SEQUENTIAL
-    T_LAYER: tl.constexpr = T_QKV + T_ATT + T_WO + T_FFN + T_W2
+    T_LAYER: tl.constexpr = T_QKV + T_ATT + T_WO + T_FFN + T_W2 + T_X
+    NOPS: tl.constexpr = 6 if SPARSE > 0 else 5
     known = tl.program_id(0) * 0 - 1  # the latest op (layer * OPS + op) this program has seen complete
     pending = known * 0  # tasks of op pending_op done but not yet counted (counted once per op: one release)
     pending_op = known
@@ -188,14 +185,12 @@ def _decode_step_kernel(
     for t in range(tl.program_id(0), LAYERS * T_LAYER, n_programs):
         if STAMPS:
             tl.store(stamp_ptr + 2 * t, globaltimer())
-        layer, op, tile, n_dep = step_task(t, T_QKV, T_ATT, T_WO, T_FFN, T_W2)
+        layer, op, tile, n_dep = step_task(t, T_QKV, T_ATT, T_WO, T_FFN, T_W2, T_X)
         off = table_ptr + layer * TW
         cnt = count_ptr + layer * CR
-        x_in = xs_ptr + layer * XR
-        if layer == 0:
-            x_in = x_ptr
-        dep = layer * 5 + op - 1  # the op this task's input comes from (OPS = 5)
-        dep_ptr = count_ptr + (tl.maximum(dep, 0) // 5) * CR + tl.maximum(dep, 0) % 5
+        x_in = x_ptr if layer == 0 else xs_ptr + layer * XR
+        dep = layer * NOPS + op - 1  # the op this task's input comes from
+        dep_ptr = count_ptr + (tl.maximum(dep, 0) // NOPS) * CR + tl.maximum(dep, 0) % NOPS
         target = tl.where(dep > known, n_dep, 0)
         known = tl.maximum(known, dep)  # (program_tasks mirrors this walk in Python)
         if WAIT:  # this program's finished tasks of its previous op, reported at once before any wait
@@ -217,7 +212,7 @@ def _decode_step_kernel(
             attention_split(
                 tile // N_SPLITS, tile % N_SPLITS, qs_ptr + layer * QR, kc_ptr + at(off, 12),
                 vc_ptr + at(off, 13), pos_ptr, part_ptr + layer * PR, lse_ptr + layer * LR, stride_ch, stride_cs,
-                N_SPLITS, sm_scale, cnt + 5, att_ptr + layer * QR, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S,
+                N_SPLITS, sm_scale, cnt + NOPS, att_ptr + layer * QR, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S,
                 SPLIT_LEN, FP32, BLOCK_SPLITS, MERGE_G, MERGE_CHUNK,
             )
         elif op == 2:
@@ -225,6 +220,13 @@ def _decode_step_kernel(
                 alt_format(off, 17, FB_WO), tile, att_ptr + layer * QR, wo_ptr + at(off, 1), swo_ptr + at(off, 6),
                 x_in, hs_ptr + layer * XR, C, QD, BN_WO, BK_WO, F_WO, S_WO, FB_WO, SB_WO, dep_ptr, target,
                 watchdog_ptr, WAIT, STAGES,
+            )
+        elif SPARSE > 0:
+            sparse_task(
+                dep_ptr, target, watchdog_ptr, WAIT, op, tile, off, hs_ptr + layer * XR, fn_ptr, w1_ptr, w3_ptr, s1_ptr,
+                s3_ptr, w2_ptr, s2_ptr, r_ptr, rb_ptr, thr_ptr, wk_ptr, sr_ptr + layer * SR, xs_ptr + (layer + 1) * XR,
+                C, F, S_FFN, S_W2, eps, SPARSE, G, N_GROUPS, T_FFN, BN_SEL, BK_SEL, BN_GAT, BK_GAT, SPLITS, BLOCK_C,
+                BLOCK_ALL, HR, F_FFN,
             )
         elif op == 3:
             swiglu_task(

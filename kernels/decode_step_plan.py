@@ -13,6 +13,7 @@ from llamafast.config import Weight, WeightFormat
 
 from ._common import INTERPRET, cdiv, next_pow2, prev_pow2, scale_arg, w_fp8
 from .rmsnorm_qkv_rope import qkv_rows
+from .decode_step_sparse import SparseLayer, SparseTiles, sparse_offsets
 
 OPS = ("qkv", "attention", "wo", "ffn", "w2")  # per layer, in dependency order; each waits on the one before it
 
@@ -73,22 +74,25 @@ def step_config(table: dict, key: tuple) -> StepConfig:
     return StepConfig((8, bk), (4, wide), (4, bk), (4, wide), 4, 3, 168, stages=3 if what > 1 else 2)
 
 
-def op_tasks(n_qkv: int, c: int, f: int, kvh: int, n_splits: int, cfg: StepConfig) -> tuple[int, ...]:
-    """Tasks per op of one layer (OPS order): row tiles of each projection, one task per attention split."""
-    return cdiv(n_qkv, cfg.qkv[0]), kvh * n_splits, cdiv(c, cfg.wo[0]), cdiv(f, cfg.ffn[0]), cdiv(c, cfg.w2[0])
+def op_tasks(n_qkv: int, c: int, f: int, kvh: int, n_splits: int, cfg: StepConfig,
+             sparse: SparseTiles | None = None) -> tuple[int, ...]:
+    """Tasks per op of one layer (OPS order, or SPARSE_OPS'): row tiles of each projection, one task per attention
+    split; the sparse FFN's tiles."""
+    first = cdiv(n_qkv, cfg.qkv[0]), kvh * n_splits, cdiv(c, cfg.wo[0])
+    return first + (sparse.tasks(c, f) if sparse else (cdiv(f, cfg.ffn[0]), cdiv(c, cfg.w2[0])))
 
 
 def program_tasks(program: int, n_programs: int, n_layers: int, counts: tuple[int, ...]):
     """The tasks program walks, in order, as _decode_step_kernel walks them: (layer, op, tile, (layer, op) it
-    waits for or None, that op's task count)."""
-    per_layer = sum(counts)
+    waits for or None, that op's task count); counts: one layer's tasks per op (op_tasks)."""
+    per_layer, n_ops = sum(counts), len(counts)
     for t in range(program, n_layers * per_layer, n_programs):
         layer, r = divmod(t, per_layer)
         op = 0
         while r >= counts[op]:
             r, op = r - counts[op], op + 1
-        dep = layer * len(OPS) + op - 1
-        yield layer, op, r, (divmod(dep, len(OPS)) if dep >= 0 else None), counts[op - 1]
+        dep = layer * n_ops + op - 1
+        yield layer, op, r, (divmod(dep, n_ops) if dep >= 0 else None), counts[op - 1]
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class LayerTensors:
     w2: Weight
     k_cache: torch.Tensor  # (KVH, Smax, D)
     v_cache: torch.Tensor
+    sparse: SparseLayer | None = None  # a sparse FFN (then w2 is the transposed down projection, (F, C))
 
 
 def formats_refusal(layers: list[dict[str, WeightFormat]]) -> str | None:
@@ -157,8 +162,10 @@ def step_formats(layers: list[LayerTensors]) -> StepFormats:
         for name in ("wqkv", "wo", "w1", "w3", "w2"):
             w = getattr(t, name)
             for part in (w.head, w.tail) if w.tail is not None else (w,):
-                w_fp8(part)  # its tensors are what its format says
+                if name != "w2" or t.sparse is None:  # the transposed down projection: sparse_ffn's checks
+                    w_fp8(part)  # its tensors are what its format says
                 assert part.data.is_contiguous(), f"layer {i} {name}: contiguous"
+            assert t.sparse is None or t.w2.fmt == t.w1.fmt, f"layer {i}: the sparse FFN's weights in one format"
             assert w.shape == getattr(layers[0], name).shape, f"layer {i} {name}: one shape in every layer"
         assert t.k_cache.stride() == layers[0].k_cache.stride() == t.v_cache.stride(), "one cache layout"
     tails = [t.wqkv.tail for t in layers if t.wqkv.tail is not None]
@@ -194,7 +201,7 @@ def _formats(t: LayerTensors) -> dict[str, WeightFormat]:
 
 
 def _code(w: Weight) -> tuple[int, int]:
-    return w_fp8(w), w.data.stride(0)
+    return w.fmt.code, w.data.stride(0)
 
 
 def _pair(ws: list[Weight]) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -217,8 +224,8 @@ FLAGS = ("split", "alt_wo", "alt_ffn", "alt_w2")
 
 
 def offset_table(layers: list[LayerTensors]) -> torch.Tensor:
-    """(L, len(TENSORS) + len(FLAGS)) int64: where each layer's tensors lie, in elements from the first's, each a
-    multiple of 16, and its FLAGS."""
+    """(L, len(TENSORS) + len(FLAGS) (+ len(SPARSE_TENSORS))) int64: where each layer's tensors lie, in elements
+    from the first's, each a multiple of 16, its FLAGS, and its sparse FFN's tensors (any offset)."""
     def tensors(t: LayerTensors) -> list[torch.Tensor | None]:
         ws, tail = [t.wqkv.head, t.wo, t.w1, t.w3, t.w2], t.wqkv.tail
         return [w.data for w in ws] + [scale_arg(w) for w in ws] + [t.attn_norm, t.ffn_norm, t.k_cache, t.v_cache] + (
@@ -237,5 +244,5 @@ def offset_table(layers: list[LayerTensors]) -> torch.Tensor:
             offsets.append(delta // (1 if a is None else a.element_size()))
         split = t.wqkv.head.shape[0]
         alt = [int(getattr(t, n).fmt != getattr(first, n).fmt) for n in ("wo", "w1", "w2")]
-        rows.append(offsets + [split] + alt)
+        rows.append(offsets + [split] + alt + sparse_offsets(t.sparse, first.sparse))
     return torch.tensor(rows, dtype=torch.int64)

@@ -19,14 +19,15 @@ def at(off, column):
 
 @triton.jit
 def step_task(t, T_QKV: tl.constexpr, T_ATT: tl.constexpr, T_WO: tl.constexpr, T_FFN: tl.constexpr,
-              T_W2: tl.constexpr):
-    """Task t of the walk: (layer, op in OPS order, tile within the op, task count of the op it waits on)."""
-    T_LAYER: tl.constexpr = T_QKV + T_ATT + T_WO + T_FFN + T_W2
+              T_W2: tl.constexpr, T_X: tl.constexpr):
+    """Task t of the walk: (layer, op in OPS order, tile within the op, task count of the op it waits on). T_X:
+    the tasks of a sixth op (the sparse FFN's scatter; 0: none)."""
+    T_LAYER: tl.constexpr = T_QKV + T_ATT + T_WO + T_FFN + T_W2 + T_X
     layer = t // T_LAYER
     r = t - layer * T_LAYER
     op = r * 0
     tile = r
-    n_dep = r * 0 + T_W2
+    n_dep = r * 0 + (T_X if T_X > 0 else T_W2)
     if r >= T_QKV:
         op, tile, n_dep = 1, r - T_QKV, T_QKV
     if r >= T_QKV + T_ATT:
@@ -35,6 +36,9 @@ def step_task(t, T_QKV: tl.constexpr, T_ATT: tl.constexpr, T_WO: tl.constexpr, T
         op, tile, n_dep = 3, r - T_QKV - T_ATT - T_WO, T_WO
     if r >= T_QKV + T_ATT + T_WO + T_FFN:
         op, tile, n_dep = 4, r - T_QKV - T_ATT - T_WO - T_FFN, T_FFN
+    if T_X > 0:
+        if r >= T_QKV + T_ATT + T_WO + T_FFN + T_W2:
+            op, tile, n_dep = 5, r - T_QKV - T_ATT - T_WO - T_FFN - T_W2, T_W2
     return layer, op, tile, n_dep
 
 

@@ -54,15 +54,11 @@ DEFAULT = SparseConfig(block_n=2, block_k=512, num_warps=1, splits=16, block_c=6
 
 
 @triton.jit
-def _gather_kernel(
-    x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, act_ptr, work_ptr, h_ptr,  # h (F,) fp32, in list order
-    C, stride_wn, eps,
-    G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-    GATE_GIVEN: tl.constexpr,
-):
-    """h[j] = SiLU(gate) * up for the j-th listed neuron: program p takes rows of the (p / (G / BLOCK_N))-th
-    listed group; programs past the count exit at once."""
-    pid = tl.program_id(0)
+def gather_tile(pid, x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, act_ptr, work_ptr, h_ptr, C, stride_wn, eps,
+                G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+                W_FP8: tl.constexpr, GATE_GIVEN: tl.constexpr):
+    """h[j] = SiLU(gate) * up for the j-th listed neuron: tile pid takes rows of the (pid / (G / BLOCK_N))-th
+    listed group; tiles past the count do nothing."""
     slot = pid // (G // BLOCK_N)
     group = tl.load(work_ptr + 4 + slot)  # issued beside the count, not after it: one wait, not two
     if slot < tl.load(work_ptr):
@@ -84,16 +80,14 @@ def _gather_kernel(
 
 
 @triton.jit
-def _scatter_kernel(
-    h_ptr, w2t_ptr, s2_ptr, x_ptr, work_ptr, part_ptr, out_ptr,  # h (F,) fp32 in list order; partials (SPLITS, C)
-    C, stride_w2, n_groups,
-    G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_C: tl.constexpr, EVEN_C: tl.constexpr, W_FP8: tl.constexpr,
-):
+def scatter_tile(k, b, h_ptr, w2t_ptr, s2_ptr, x_ptr, work_ptr, part_ptr, out_ptr, C, stride_w2, n_groups,
+                 G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_C: tl.constexpr, EVEN_C: tl.constexpr,
+                 W_FP8: tl.constexpr):
     """partial[k, c] = sum over the k-th share of the listed groups, i over a group's G neurons, of
-    h[slot * G + i] * W2t[group * G + i, c], for BLOCK_C columns c: one (G, BLOCK_C) tile per listed group, the
-    next group's id loaded beside the tile, so each step waits on memory once. The last of a column block's
-    SPLITS programs to finish (a ticket, as in sparse_select._compact) writes out = x + its partials, in order."""
-    k, b = tl.program_id(0), tl.program_id(1)
+    h[slot * G + i] * W2t[group * G + i, c], for BLOCK_C columns c of block b: one (G, BLOCK_C) tile per listed
+    group, the next group's id loaded beside the tile, so each step waits on memory once. The last of a column
+    block's SPLITS tiles to finish (a ticket, as in sparse_select._compact) writes out = x + its partials, in
+    order."""
     c = b * BLOCK_C + tl.arange(0, BLOCK_C)
     i = tl.arange(0, G)
     count = tl.load(work_ptr)
@@ -122,6 +116,27 @@ def _scatter_kernel(
         x = tl.load(x_ptr + c, mask=c < C, other=0.0).to(tl.float32)
         tl.store(out_ptr + c, (x + tl.sum(parts, axis=0)).to(out_ptr.dtype.element_ty), mask=c < C)
         tl.store(ticket_ptr, 0)
+
+
+@triton.jit
+def _gather_kernel(
+    x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, act_ptr, work_ptr, h_ptr,  # h (F,) fp32, in list order
+    C, stride_wn, eps,
+    G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    GATE_GIVEN: tl.constexpr,
+):
+    gather_tile(tl.program_id(0), x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, act_ptr, work_ptr, h_ptr, C,
+                stride_wn, eps, G, BLOCK_N, BLOCK_K, EVEN_K, W_FP8, GATE_GIVEN)
+
+
+@triton.jit
+def _scatter_kernel(
+    h_ptr, w2t_ptr, s2_ptr, x_ptr, work_ptr, part_ptr, out_ptr,  # h (F,) fp32 in list order; partials (SPLITS, C)
+    C, stride_w2, n_groups,
+    G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_C: tl.constexpr, EVEN_C: tl.constexpr, W_FP8: tl.constexpr,
+):
+    scatter_tile(tl.program_id(0), tl.program_id(1), h_ptr, w2t_ptr, s2_ptr, x_ptr, work_ptr, part_ptr, out_ptr, C,
+                 stride_w2, n_groups, G, SPLITS, BLOCK_C, EVEN_C, W_FP8)
 
 
 def check_group_size(group_size: int, hidden_dim: int) -> None:

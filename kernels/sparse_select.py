@@ -34,11 +34,12 @@ GATE_DEFAULT = GemvConfig(block_n=32, block_k=256, num_warps=4)
 
 
 @triton.jit
-def _compact(work_ptr, n_groups, BLOCK_ALL: tl.constexpr):
-    """The last program to arrive compacts every program's flags into the count and the list of ids."""
+def _compact(work_ptr, n_groups, arrivals, BLOCK_ALL: tl.constexpr):
+    """The last of the arrivals (programs, or the persistent step's tasks) compacts every one's flags into the
+    count and the list of ids."""
     tl.debug_barrier()  # every thread's flag stores precede the release below
     ticket = tl.atomic_add(work_ptr + 1, 1, sem="acq_rel")
-    if ticket == tl.num_programs(0) - 1:
+    if ticket == arrivals - 1:
         ids = tl.arange(0, BLOCK_ALL)
         valid = ids < n_groups
         flags = tl.load(work_ptr + 4 + n_groups + ids, mask=valid, other=0, volatile=True)
@@ -52,20 +53,49 @@ def _compact(work_ptr, n_groups, BLOCK_ALL: tl.constexpr):
 
 
 @triton.jit
-def _router_kernel(
-    x_ptr, g_ptr, r_ptr, b_ptr, thr_ptr, work_ptr,  # x, g (C,); router (n, C), bias (n,); threshold (1,)
-    n_groups, C, eps,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
-    BLOCK_ALL: tl.constexpr,
-):
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+def router_tile(p, arrivals, x_ptr, g_ptr, r_ptr, b_ptr, thr_ptr, work_ptr, n_groups, C, eps, BLOCK_N: tl.constexpr,
+                BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, BLOCK_ALL: tl.constexpr):
+    """Rows p * BLOCK_N.. of the router: their groups' flags, then the compaction if this is the last arrival."""
+    rows = p * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < n_groups
     s, _, ss = dot_rows(r_ptr, r_ptr, r_ptr, r_ptr, x_ptr, g_ptr, rows, mask, C, C, BLOCK_N, BLOCK_K, True, False,
                         EVEN_K, W_FP8)
     score = tl.sigmoid(s * tl.rsqrt(ss / C + eps) + tl.load(b_ptr + rows, mask=mask, other=0.0))
     active = (score > tl.load(thr_ptr)) & mask
     tl.store(work_ptr + 4 + n_groups + rows, active.to(tl.int32), mask=mask)
-    _compact(work_ptr, n_groups, BLOCK_ALL)
+    _compact(work_ptr, n_groups, arrivals, BLOCK_ALL)
+
+
+@triton.jit
+def gate_tile(p, arrivals, x_ptr, g_ptr, w1_ptr, s1_ptr, thr_ptr, work_ptr, act_ptr, F, C, stride_wn, eps,
+              G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+              W_FP8: tl.constexpr, BLOCK_ALL: tl.constexpr):
+    """Rows p * BLOCK_N.. of W1 (whole groups: BLOCK_N is a multiple of G): SiLU(gate) into act, their groups'
+    flags, then the compaction if this is the last arrival."""
+    rows = p * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = rows < F
+    gate, _, ss = dot_rows(w1_ptr, w1_ptr, s1_ptr, s1_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K,
+                           True, False, EVEN_K, W_FP8)
+    a = gate * tl.rsqrt(ss / C + eps)
+    a = a * tl.sigmoid(a)
+    tl.store(act_ptr + rows, a, mask=mask)
+    mass = tl.sum(tl.reshape(tl.abs(a), (BLOCK_N // G, G)), axis=1)
+    groups = p * (BLOCK_N // G) + tl.arange(0, BLOCK_N // G)
+    n_groups = F // G
+    active = (mass > tl.load(thr_ptr)) & (groups < n_groups)
+    tl.store(work_ptr + 4 + n_groups + groups, active.to(tl.int32), mask=groups < n_groups)
+    _compact(work_ptr, n_groups, arrivals, BLOCK_ALL)
+
+
+@triton.jit
+def _router_kernel(
+    x_ptr, g_ptr, r_ptr, b_ptr, thr_ptr, work_ptr,  # x, g (C,); router (n, C), bias (n,); threshold (1,)
+    n_groups, C, eps,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
+    BLOCK_ALL: tl.constexpr,
+):
+    router_tile(tl.program_id(0), tl.num_programs(0), x_ptr, g_ptr, r_ptr, b_ptr, thr_ptr, work_ptr, n_groups, C,
+                eps, BLOCK_N, BLOCK_K, EVEN_K, W_FP8, BLOCK_ALL)
 
 
 @triton.jit
@@ -75,19 +105,8 @@ def _gate_kernel(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     BLOCK_ALL: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # BLOCK_N is a multiple of G: whole groups
-    mask = rows < F
-    gate, _, ss = dot_rows(w1_ptr, w1_ptr, s1_ptr, s1_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K,
-                           True, False, EVEN_K, W_FP8)
-    a = gate * tl.rsqrt(ss / C + eps)
-    a = a * tl.sigmoid(a)
-    tl.store(act_ptr + rows, a, mask=mask)
-    mass = tl.sum(tl.reshape(tl.abs(a), (BLOCK_N // G, G)), axis=1)
-    groups = tl.program_id(0) * (BLOCK_N // G) + tl.arange(0, BLOCK_N // G)
-    n_groups = F // G
-    active = (mass > tl.load(thr_ptr)) & (groups < n_groups)
-    tl.store(work_ptr + 4 + n_groups + groups, active.to(tl.int32), mask=groups < n_groups)
-    _compact(work_ptr, n_groups, BLOCK_ALL)
+    gate_tile(tl.program_id(0), tl.num_programs(0), x_ptr, g_ptr, w1_ptr, s1_ptr, thr_ptr, work_ptr, act_ptr, F, C,
+              stride_wn, eps, G, BLOCK_N, BLOCK_K, EVEN_K, W_FP8, BLOCK_ALL)
 
 
 def select_groups(x, norm_w, w1: Weight, router_w, router_b, threshold, work, eps, group_size, mode, configs=None):

@@ -146,29 +146,39 @@ def check_decode_step(model: Transformer) -> None:
 
 
 def _persistent_layers(model: Transformer, x: torch.Tensor, pos: torch.Tensor, configs) -> torch.Tensor:
-    """The model's layers for one token in the persistent kernel, bound once per KV cache (built by the eager step
-    that precedes every graph capture)."""
+    """The model's layers for one token in the persistent kernel, bound once per KV cache and way of running the
+    FFN (built by the eager step that precedes every graph capture)."""
     from llamafast.kernels.decode_step import DecodeStep
+    from llamafast.kernels.decode_step_sparse import sparse_tiles
 
-    key = (model.layers[0].k_cache.data_ptr(), model.cache_len)
+    sparse = model.sparse
+    key = (model.layers[0].k_cache.data_ptr(), model.cache_len, sparse and sparse.mode)
     step = getattr(model, "_decode_step", None)
     if step is None or step[0] != key:
-        layers = layer_tensors(model)
+        layers = layer_tensors(model, sparse=sparse is not None)
+        tiles = sparse and sparse_tiles(layers[0].w1, layers[0].sparse.router, model.layout.group_size, sparse.mode)
         attention = model.backend.launches["decode_attention"]
         step = (key, DecodeStep(layers, model.rope_cos, model.rope_sin, model.config.n_heads // model.world,
-                                model.config.norm_eps, configs, attention))
+                                model.config.norm_eps, configs, attention, tiles))
         model._decode_step = step
     return step[1](x, pos)
 
 
-def layer_tensors(model: Transformer, caches: Callable | None = None) -> list:
+def layer_tensors(model: Transformer, caches: Callable | None = None, sparse: bool = False) -> list:
     """What the persistent step reads and writes of each layer (decode_step_plan.LayerTensors); caches: block ->
-    (k, v) instead of the block's own (tuning/step.py times launches on scratch caches)."""
+    (k, v) instead of the block's own (tuning/step.py times launches on scratch caches); sparse: the sparse FFN's
+    (model.set_sparsity), with the transposed down projection."""
     from llamafast.kernels.decode_step import LayerTensors
+    from llamafast.kernels.decode_step_sparse import SparseLayer
 
-    return [LayerTensors(b.attention_norm.weight, b.attention.qkv, b.attention.wo.w, b.ffn_norm.weight,
-                         b.feed_forward.w1.w, b.feed_forward.w3.w, b.feed_forward.w2.w,
-                         *(caches(b) if caches else (b.k_cache, b.v_cache))) for b in model.layers]
+    def tensors(b) -> LayerTensors:
+        f = b.feed_forward
+        w2, extra = (f.w2t.w, SparseLayer(f.router.weight, f.router_bias, f.threshold, f.work)) if sparse else (
+            f.w2.w, None)
+        return LayerTensors(b.attention_norm.weight, b.attention.qkv, b.attention.wo.w, b.ffn_norm.weight, f.w1.w,
+                            f.w3.w, w2, *(caches(b) if caches else (b.k_cache, b.v_cache)), extra)
+
+    return [tensors(b) for b in model.layers]
 
 
 def dense_blocks(op: Callable, dequantize: Callable = reference.dense) -> Callable:

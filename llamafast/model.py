@@ -179,7 +179,9 @@ class Transformer(nn.Module):
         eps = self.config.norm_eps
         sparse = self.sparse if tokens.shape[0] == 1 or self.sparse_prefill else None
         group = self.layout.group_size if self.layout else 0
-        if tokens.shape[0] == 1 and self.backend.layers is not None and sparse is None and self.comm is None:
+        # The persistent step runs a sparse FFN, or a dense one on w2 (a sparsified model's dense FFN runs per op).
+        one_kernel = sparse is not None or self.layout is None
+        if tokens.shape[0] == 1 and self.backend.layers is not None and one_kernel and self.comm is None:
             x = self.backend.layers(self, x, pos)
         else:
             for i, layer in enumerate(self.layers):

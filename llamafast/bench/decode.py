@@ -8,6 +8,7 @@ the KV cache up to the current position) over the measured time per token, the w
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -156,11 +157,12 @@ def sparse_pair(lm: LoadedModel, group_size: int) -> tuple[LoadedModel, LoadedMo
 
 def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: int, new_tokens: int,
               sparse_twins: list[LoadedModel] | None = None, runs: list[SparseRun] = (), comms=(None,),
-              sampling: SamplingConfig = GREEDY, context: int | None = None) -> BenchReport:
+              sampling: SamplingConfig = GREEDY, context: int | None = None,
+              sparse_backends: tuple[Backend, ...] = (Backend.triton,)) -> BenchReport:
     """Every backend on every model (the same weights in other formats), in this order, in this process; then
-    each sparse run on models[i]'s sparse twin, beside models[i]'s dense triton run. Tensor parallel: each
-    backend with each of comms (tp/comm.py), the others against the nccl run. Each run picks its tokens with
-    sampling, with a KV cache of context positions (default: prompt_len + new_tokens)."""
+    each sparse run on models[i]'s sparse twin, on each of sparse_backends, beside models[i]'s dense triton run.
+    Tensor parallel: each backend with each of comms (tp/comm.py), the others against the nccl run. Each run picks
+    its tokens with sampling, with a KV cache of context positions (default: prompt_len + new_tokens)."""
     lm = models[0]
     device = lm.model.tok_embeddings.weight.device
     params = _params(lm.model)
@@ -180,9 +182,9 @@ def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: in
                 result.speedup = nccl and result.decode_tokens_per_s / nccl.decode_tokens_per_s
                 report.results.append(_against_copy(result, report))
                 dense = result if backend == Backend.triton else dense
-        for run in runs if sparse_twins else ():
+        for run, backend in itertools.product(runs if sparse_twins else (), sparse_backends):
             sparse_twins[i].model.set_sparsity(run)
-            result = _against_copy(bench_backend(sparse_twins[i], Backend.triton, prompt, new_tokens, None, sampling,
+            result = _against_copy(bench_backend(sparse_twins[i], backend, prompt, new_tokens, None, sampling,
                                                  report.context), report)
             result.speedup = dense and result.decode_tokens_per_s / dense.decode_tokens_per_s
             report.results.append(result)

@@ -14,10 +14,12 @@ import torch
 from llamafast.bench.timeline import OpRow, Timeline, weight_format
 from llamafast.config import SamplingConfig
 from llamafast.generate import Engine
+from llamafast.kernels.decode_step_plan import OPS
 from llamafast.measure.common import environment, random_prompt
 from llamafast.quant import FP8Format
 
-# The kernel's ops (decode_step_plan.OPS) by the names the per-op timeline and the bytes registry give them.
+# The kernel's ops (decode_step_plan.OPS) by the names the per-op timeline and the bytes registry give them (the
+# sparse FFN's keep their own: the registry has no bytes for them).
 NAMES = {"qkv": "rmsnorm_qkv_rope", "attention": "decode_attention", "wo": "linear_residual[wo]",
          "ffn": "rmsnorm_swiglu", "w2": "linear_residual[w2]"}
 
@@ -44,22 +46,23 @@ def op_times(stamps: torch.Tensor, n_layers: int, counts: tuple[int, ...], n_pro
 
 
 def summarize_steps(steps: list[torch.Tensor], n_layers: int, counts: tuple[int, ...], n_programs: int, bytes_of,
-                    copy_bw_gb_s: float, weights: str = "", context: int = 0) -> Timeline:
-    """The per-op table over steps' stamps: each op's mean added µs per layer and its tail (OpRow.tail_us)."""
+                    copy_bw_gb_s: float, weights: str = "", context: int = 0, ops: tuple[str, ...] = OPS) -> Timeline:
+    """The per-op table over steps' stamps: each op's mean added µs per layer and its tail (OpRow.tail_us); ops:
+    the step's op names (decode_step_plan.OPS, or the sparse FFN's SPARSE_OPS)."""
     timed = [op_times(s, n_layers, counts, n_programs) for s in steps]
     added = torch.stack([a for a, _, _ in timed]).mean(0)  # (layers, ops)
     tail = torch.stack([t for _, t, _ in timed]).mean(0)
     span = sum(s for _, _, s in timed) / len(timed)
-    ops = []
-    for op, name in enumerate(NAMES.values()):
+    rows = []
+    for op, name in enumerate(NAMES.get(o, o) for o in ops):
         row = OpRow(name, "layer", n_layers, added[:, op].mean().item(), 0.0, bytes_of(name),
                     tail_us=tail[:, op].mean().item())
         if row.bytes:
             row.gb_s = row.bytes / row.us / 1e3
             row.fraction_of_copy_bw = row.gb_s / copy_bw_gb_s
-        ops.append(row)
+        rows.append(row)
     middle = added[(n_layers - 1) // 2].sum().item()
-    return Timeline(weights, context, len(steps), span, span, 0.0, middle, copy_bw_gb_s, ops)
+    return Timeline(weights, context, len(steps), span, span, 0.0, middle, copy_bw_gb_s, rows)
 
 
 def run_step_timeline(model, weights: str, fp8: FP8Format | None, n_prompt: int, replays: int,
@@ -84,6 +87,6 @@ def run_step_timeline(model, weights: str, fp8: FP8Format | None, n_prompt: int,
         return spec.bytes_moved(c, dtype, context, weight_format(model, op) or fp8) if spec is not None else 0
 
     timeline = summarize_steps(steps, len(model.layers), step.counts_per_op, step.grid, bytes_of, copy_bw_gb_s,
-                               weights, context)
+                               weights, context, step.ops)
     timeline.environment = environment(engine.token.device)
     return timeline

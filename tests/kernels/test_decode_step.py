@@ -11,19 +11,22 @@ import random
 import pytest
 import torch
 from llamafast.kernels.decode_step_plan import OPS, StepConfig, formats_refusal, op_tasks, program_tasks
+from llamafast.kernels.decode_step_sparse import SPARSE_OPS, SparseTiles
 
 from llamafast.backends import build, with_backend
-from llamafast.config import MODEL_CONFIGS, Backend, FP8Format, WeightFormat
+from llamafast.config import MODEL_CONFIGS, Backend, FP8Format, SparseMode, WeightFormat
 from llamafast.load.blocks import Mix, block_state, copy_formats
 from llamafast.load.weights import quantize_state, random_state
 
 from .common import DEVICE, ODD, ON_GPU
 
-# What each op reads and writes of its layer l (x[l] is layer l's input; w2 writes x[l + 1]).
+# What each op reads and writes of its layer l (x[l] is layer l's input; w2, or the sparse FFN's scatter, writes
+# x[l + 1]; select writes the list of active groups that gather and scatter read).
 READS = {"qkv": {("x", 0)}, "attention": {("q", 0), ("cache", 0)}, "wo": {("att", 0), ("x", 0)},
-         "ffn": {("h", 0)}, "w2": {("f", 0), ("h", 0)}}
+         "ffn": {("h", 0)}, "w2": {("f", 0), ("h", 0)},
+         "select": {("h", 0)}, "gather": {("h", 0), ("list", 0)}, "scatter": {("g", 0), ("list", 0), ("h", 0)}}
 WRITES = {"qkv": {("q", 0), ("cache", 0)}, "attention": {("att", 0)}, "wo": {("h", 0)}, "ffn": {("f", 0)},
-          "w2": {("x", 1)}}
+          "w2": {("x", 1)}, "select": {("list", 0)}, "gather": {("g", 0)}, "scatter": {("x", 1)}}
 
 
 def _simulate(n_programs: int, n_layers: int, counts: tuple[int, ...], rng: random.Random) -> list[tuple]:
@@ -51,17 +54,19 @@ def _simulate(n_programs: int, n_layers: int, counts: tuple[int, ...], rng: rand
     return order
 
 
+@pytest.mark.parametrize("ops,counts", [(OPS, (5, 3, 4, 6, 2)), (SPARSE_OPS, (5, 3, 4, 2, 6, 9))],
+                         ids=["dense", "sparse"])
 @pytest.mark.parametrize("n_programs", [1, 3, 7, 64])
-def test_every_schedule_runs_each_task_once_after_its_inputs(n_programs):
-    counts = (5, 3, 4, 6, 2)
+def test_every_schedule_runs_each_task_once_after_its_inputs(n_programs, ops, counts):
     n_layers = 3
     for seed in range(20):
         order = _simulate(n_programs, n_layers, counts, random.Random(seed))
-        assert sorted(order) == sorted((l, o, t) for l in range(n_layers) for o in range(5) for t in range(counts[o]))
+        assert sorted(order) == sorted((l, o, t) for l in range(n_layers) for o in range(len(ops))
+                                       for t in range(counts[o]))
         finished: dict[tuple[int, int], int] = {}
         written = {("x", 0)}  # the step's input
         for layer, op, _ in order:
-            name = OPS[op]
+            name = ops[op]
             for buf, d in READS[name]:  # a buffer is read only once every task of the op that writes it is done
                 assert (buf, layer + d) in written, (layer, name, buf)
             finished[(layer, op)] = finished.get((layer, op), 0) + 1
@@ -69,11 +74,17 @@ def test_every_schedule_runs_each_task_once_after_its_inputs(n_programs):
                 written |= {(buf, layer + d) for buf, d in WRITES[name]}
 
 
-def test_each_op_waits_for_the_one_before_it():
-    counts = op_tasks(48, 16, 40, 2, 4, StepConfig((8, 16), (4, 16), (4, 16), (4, 16), 4, 1))
-    assert counts == (6, 8, 4, 10, 4)
+@pytest.mark.parametrize("sparse,want", [
+    (None, (6, 8, 4, 10, 4)),  # gate and up in tiles of 4 rows, w2 of 4
+    # 5 router rows in tiles of 2; 40 rows in gather tiles of 4; 3 shares of 2 column blocks of 8
+    (SparseTiles(SparseMode.router, 8, 5, (2, 16), (4, 16), 3, 8), (6, 8, 4, 3, 10, 6)),
+    (SparseTiles(SparseMode.gate, 8, 5, (16, 16), (4, 16), 3, 8), (6, 8, 4, 3, 10, 6)),  # W1's 40 rows in 16s
+], ids=["dense", "router", "gate"])
+def test_each_op_waits_for_the_one_before_it(sparse, want):
+    counts = op_tasks(48, 16, 40, 2, 4, StepConfig((8, 16), (4, 16), (4, 16), (4, 16), 4, 1), sparse)
+    assert counts == want
     for layer, op, _, dep, n in program_tasks(0, 1, 2, counts):
-        previous = (layer, op - 1) if op else (layer - 1, len(OPS) - 1)
+        previous = (layer, op - 1) if op else (layer - 1, len(counts) - 1)
         assert dep == (previous if previous[0] >= 0 else None) and n == counts[op - 1]
 
 

@@ -102,6 +102,7 @@ def sparse(
     sparsity: Annotated[str, typer.Option(help="Comma-separated sparsities to time the sparse FFN at (0.3,0.5,0.7): a sparsified checkpoint's routers, or with --random-weights exact-sparsity routers; the dense run is always timed.")],
     sparse_mode: Annotated[Optional[list[SparseMode]], typer.Option(help="router and/or gate (repeatable) [default: router].")] = None,
     group_size: Annotated[int, typer.Option(help="With --random-weights: neurons per group.")] = 32,
+    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to time each sparse run on (repeatable): triton (the per-op graph) or persistent (the one-kernel step) [default: both on a GPU, triton on the CPU].")] = None,
     model: ModelOpt = None,
     tokenizer: TokenizerOpt = None,
     random_weights: RandomWeightsOpt = False,
@@ -116,7 +117,8 @@ def sparse(
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ):
-    """Decode tokens/s of the sparse FFN at each --sparsity, beside the dense triton run of the same weights."""
+    """Decode tokens/s of the sparse FFN at each --sparsity, on each backend, beside the dense triton run of the same
+    weights."""
     from llamafast.bench.decode import run_bench, sparse_pair
 
     fmt = fp8_format if fp8 else None
@@ -124,10 +126,11 @@ def sparse(
         t = target(model, tokenizer, random_weights, shape, device, dtype, config, out)
         n_prompt, n_new = token_counts(t, prompt_len, new_tokens)
         runs = _sparse_runs(t, sparsity, sparse_mode, group_size)
+        ways = _sparse_backends(backend, t.device)
         with readied(t, Backend.triton, None, fmt) as (models, startup):
             pairs = [sparse_pair(m, group_size) for m in models]
             report = run_bench([dense for dense, _ in pairs], [Backend.triton], n_prompt, n_new,
-                               [twin for _, twin in pairs], runs)
+                               [twin for _, twin in pairs], runs, sparse_backends=ways)
             _emit(report, startup, json_out, out)
 
 
@@ -167,6 +170,16 @@ def _sparse_runs(t, sparsity: str, modes, group_size: int) -> list[SparseRun]:
         require_routers(t.source.checkpoint, "--sparsity needs --random-weights or")
     resolve_backend(Backend.triton, t.device)  # the sparse FFN is timed on its kernels
     return runs
+
+
+def _sparse_backends(chosen: list[Backend] | None, device) -> tuple[Backend, ...]:
+    """The backends a sparse run is timed on: the triton ones (the sparse FFN's kernels), both by default on a GPU."""
+    default = [Backend.triton, Backend.persistent] if device.type == "cuda" else [Backend.triton]
+    ways = tuple(dict.fromkeys(chosen or default))
+    others = [b.value for b in ways if b not in (Backend.triton, Backend.persistent)]
+    if others:
+        raise LlamafastError(f"the sparse FFN runs on the triton and persistent backends, not {', '.join(others)}")
+    return ways
 
 
 def _emit(report: BenchReport, startup: Startup, json_out: bool, out) -> None:
