@@ -1,8 +1,8 @@
 """The sparse FFN inside the persistent decode step (kernels/decode_step_sparse.py) against the reference path on
 the same weights: exact-sparsity random routers (llamafast.sparse.exact_sparse_state), router and gate modes,
 float and FP8 weights, each layer's groups counted as the reference counts them. The interpreter walks the tasks
-in one program on the CPU; the GPU runs the resident grid at 7B's shape for 64 steps, and a sparsified trained
-model's greedy tokens replayed from CUDA graphs."""
+in one program on the CPU; the GPU runs the resident grid at 7B's and 13B's shapes for 64 steps, and a sparsified
+trained model's greedy tokens replayed from CUDA graphs."""
 
 from __future__ import annotations
 
@@ -99,22 +99,31 @@ def test_bf16_sparse_logits_match_reference_for_64_steps(config, fp8, run):
     assert run.mode == SparseMode.gate or counts == ref_counts
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("mode", list(SparseMode), ids=str)
-def test_sparsified_model_decodes_the_same_tokens_from_cuda_graphs(mode, tmp_path, golden):
-    """stories260K sparsified on text (a real trained model, groups of 4), its sparse decode replayed from CUDA
-    graphs: the persistent step's greedy tokens and skipped groups are the per-op graph's."""
-    from llamafast.generate import Engine, generate
-    from llamafast.load import bundled_model, load_model
+@pytest.fixture(scope="module")
+def sparse_stories(tmp_path_factory):
+    """stories260K sparsified on text: a real trained model, groups of 4."""
+    from llamafast.load import bundled_model
     from llamafast.tools.sparsify import sparsify
 
     from ..cli.bad_input_files import CALIBRATION
 
-    sparsify(bundled_model(), tmp_path / "s", CALIBRATION.read_text(), CALIBRATION.name, 0.5, group_size=4,
-             seed=0, device=torch.device("cpu"))
+    folder = tmp_path_factory.mktemp("sparse") / "s"
+    sparsify(bundled_model(), folder, CALIBRATION.read_text(), CALIBRATION.name, 0.5, group_size=4, seed=0,
+             device=torch.device("cpu"))
+    return folder
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", list(SparseMode), ids=str)
+def test_sparsified_model_decodes_the_same_tokens_from_cuda_graphs(mode, sparse_stories, golden):
+    """A sparsified trained model's sparse decode replayed from CUDA graphs: the persistent step's greedy tokens
+    and skipped groups are the per-op graph's."""
+    from llamafast.generate import Engine, generate
+    from llamafast.load import load_model
+
     out = {}
     for backend in (Backend.triton, Backend.persistent):
-        lm = load_model(tmp_path / "s", device=DEVICE, backend=backend)
+        lm = load_model(sparse_stories, device=DEVICE, backend=backend)
         lm.model.set_sparsity(SparseRun(0.5, mode))
         ids = golden["prompt_once_upon_a_time"]["prompt_ids_with_bos"]
         tokens = generate(Engine(lm.model, SamplingConfig(temperature=0), 96), lm.tokenizer, ids, 64).token_ids

@@ -64,6 +64,12 @@ def _check(t, n_prompt: int, reps: int, backend: Backend, leave_out: bool) -> No
         raise LlamafastError("bench timeline times the triton or persistent decode step: --backend triton|persistent")
     if leave_out and backend != Backend.triton:
         raise LlamafastError("--leave-out leaves out the per-op graph's ops: it needs --backend triton")
+    if backend == Backend.persistent and not isinstance(t.source, str):
+        from llamafast.load.weights import sparse_layout
+
+        if sparse_layout(t.source.checkpoint) is not None:
+            raise LlamafastError("bench timeline decodes a sparsified checkpoint dense, and the persistent backend "
+                                 "runs its dense FFN per op: time it with --backend triton")
     if t.device.type != "cuda":
         raise LlamafastError("bench timeline profiles the decode step on the GPU and needs a CUDA GPU")
     if n_prompt < 1 or reps < 1:
