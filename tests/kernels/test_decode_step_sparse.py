@@ -88,15 +88,19 @@ def _layers(name: str, n: int):
 @pytest.mark.parametrize("config,fp8,run", [
     pytest.param(_layers("llama-2-7b", 4), None, SparseRun(0.5), id="7b-router"),
     pytest.param(_layers("llama-2-7b", 4), FP8Format.e5m2, SparseRun(0.5), id="7b-e5m2-router"),
-    pytest.param(_layers("llama-2-7b", 4), None, SparseRun(0.5, SparseMode.gate), id="7b-gate"),
     pytest.param(_layers("llama-2-13b", 2), None, SparseRun(0.7), id="13b-router"),
 ])
 def test_bf16_sparse_logits_match_reference_for_64_steps(config, fp8, run):
-    """7B layer shapes (344 groups of 32), within the bf16 bound; in router mode the same groups in every layer."""
+    """7B and 13B layer shapes, router mode (exact routers pick the same groups whatever the rounding): the same
+    groups in every layer, logits within the bf16 bound. Gate mode is compared with the reference in fp32 (above)
+    and against the per-op graph on a trained model (below): on random weights at bf16 its thresholds sit among
+    hundreds of groups of near-equal mass, and the reference, which rounds norm(x) to bf16 before scoring, decides
+    some of them otherwise (7B, 4 layers, 64 steps on an H100: 152 of 352,256 decisions, logits 0.19 apart;
+    scripts/results/gpu_check/h100_74aecd2/tests.txt)."""
     errors, ref_counts, counts = _sparse_errors(config, torch.bfloat16, fp8, run, steps=64, prompt=16)
     print(f"sparse persistent vs reference, bf16: max {max(errors):.2e}, counts {counts} against {ref_counts}")
     assert max(errors) < BOUNDS[torch.bfloat16], errors
-    assert run.mode == SparseMode.gate or counts == ref_counts
+    assert counts == ref_counts
 
 
 @pytest.fixture(scope="module")
