@@ -44,7 +44,7 @@ class DecodeStep:
 
     def __init__(self, layers: list[LayerTensors], cos: torch.Tensor, sin: torch.Tensor, n_heads: int, eps: float,
                  configs: dict | None = None, attention_configs: dict | None = None,
-                 sparse: SparseTiles | None = None):  # layers' FFN sparse: each layer's LayerTensors.sparse
+                 sparse: SparseTiles | None = None):  # the sparse FFN's tiles, where layers carry its tensors
         first = layers[0]
         self.layers, self.cos, self.sin, self.eps = layers, cos, sin, eps
         self.c, self.f, self.n_qkv = first.attn_norm.numel(), first.w1.shape[0], first.wqkv.shape[0]

@@ -81,6 +81,7 @@ def sparse_tiles(w1: Weight, router: torch.Tensor, group: int, mode: SparseMode)
 
 def sparse_offsets(layer: SparseLayer | None, first: SparseLayer | None) -> list[int]:
     """A layer's SPARSE_TENSORS columns: element offsets from the first layer's (none where it has no sparse FFN)."""
+    assert (layer is None) == (first is None), "every layer has a sparse FFN, or none"
     if layer is None:
         return []
     pairs = [(getattr(layer, n), getattr(first, n)) for n in SPARSE_TENSORS]
@@ -116,6 +117,7 @@ def sparse_scratch(tiles: SparseTiles | None, n_layers: int, c: int, f: int, dev
 def sparse_args(first: SparseLayer | None, scratch: SparseScratch, dummy: torch.Tensor) -> tuple:
     """The kernel's sparse pointers: layer 0's router, bias, threshold and work, then the scratch (dummy where the
     FFN is dense: the kernel compiles without them)."""
+    assert (first is None) == (scratch.rows is None), "the sparse FFN's tiles where the layers have its tensors"
     tensors = (None,) * 4 if first is None else (first.router, first.router_bias, first.threshold, first.work)
     return tuple(dummy if t is None else t for t in (*tensors, scratch.rows))
 

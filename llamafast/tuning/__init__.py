@@ -105,8 +105,9 @@ def model_jobs(model: Transformer) -> list[Job]:
 
 
 def runs_step(model: Transformer) -> bool:
-    """Whether the persistent step runs every layer of a decode token (a sparsified model's layers, and tensor
-    parallel shards, run per op: model.forward)."""
+    """Whether tuning times the persistent step's launch on the model's layers: not for tensor-parallel shards,
+    which run per op, nor for a sparsified model, whose dense FFN runs per op and whose sparse step takes the
+    committed launch or step_config's default (model.forward)."""
     return model.backend.layers is not None and model.layout is None and model.world == 1
 
 
