@@ -64,19 +64,30 @@ def wait_arrivals(flag_ptr, n):
 
 
 @triton.jit
-def wait_count(counter_ptr, target, watchdog_ptr):
-    """Blocks until *counter_ptr >= target (no-op for target <= 0)."""
+def wait_count(counter_ptr, target, watchdog_ptr, SYS: tl.constexpr = False):
+    """Blocks until *counter_ptr >= target (no-op for target <= 0). SYS: a flag that peer GPUs raise (the
+    tensor-parallel step's, tp_sync.signal_peers), polled with acquires at system scope, and given 16 times as
+    long: a peer is another process, whose host may reach the step later (a minute, not seconds)."""
+    LIMIT: tl.constexpr = MAX_SPINS * 16 if SYS else MAX_SPINS
     if target > 0:
         spins = 0
-        count = _load_acquire(counter_ptr)
+        count = _poll(counter_ptr, SYS)
         up = tl.load(watchdog_ptr, volatile=True)
-        while (count < target) & (up == 0) & (spins < MAX_SPINS):
+        while (count < target) & (up == 0) & (spins < LIMIT):
             spins += 1
-            count = _load_acquire(counter_ptr)
+            count = _poll(counter_ptr, SYS)
             up = tl.load(watchdog_ptr, volatile=True)
-        if spins >= MAX_SPINS:
+        if spins >= LIMIT:
             tl.atomic_xchg(watchdog_ptr, 1, sem="relaxed", scope="gpu")
         tl.debug_barrier()
+
+
+@triton.jit
+def _poll(ptr, SYS: tl.constexpr):
+    if SYS:
+        return _load_acquire_sys(ptr)
+    else:
+        return _load_acquire(ptr)
 
 
 @triton.jit

@@ -26,14 +26,17 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import globaltimer
 
-from ._common import INTERPRET, cdiv, dot_dim, next_pow2, resident_programs, scale_arg
+from ._common import cdiv
+from .decode_step_args import resident_grid, step_args
 from .counters import report_done, wait_count
 from .attention_merge import merge_blocks
 from .decode_attention import attention_config, attention_split
-from .decode_step_plan import (CONFIGS, OPS, LayerTensors, StepConfig, even_split, format_args,
-                               offset_table, op_tasks, row_elems, step_config, step_formats, step_key, tail_tensors)
-from .decode_step_sparse import SPARSE_OPS, SparseTiles, sparse_args, sparse_scratch, sparse_task
+from .decode_step_plan import (CONFIGS, OPS, LayerTensors, StepConfig, even_split, offset_table, op_tasks,
+                               row_elems, step_config, step_formats, step_key)
+from .decode_step_sparse import SPARSE_OPS, SparseTiles, sparse_scratch, sparse_task
 from .decode_step_tasks import alt_format, at, linear_task, step_task, swiglu_task
+from .decode_step_tp import StepPeers, push_task, summed_input
+from .tp_sync import Peers, release_slot
 from .rmsnorm_qkv_rope import qkv_rope_tile
 
 __all__ = ["CONFIGS", "DecodeStep", "LayerTensors", "StepConfig"]
@@ -44,7 +47,8 @@ class DecodeStep:
 
     def __init__(self, layers: list[LayerTensors], cos: torch.Tensor, sin: torch.Tensor, n_heads: int, eps: float,
                  configs: dict | None = None, attention_configs: dict | None = None,
-                 sparse: SparseTiles | None = None):  # the sparse FFN's tiles, where layers carry its tensors
+                 sparse: SparseTiles | None = None,  # the sparse FFN's tiles, where layers carry its tensors
+                 peers: Peers | None = None):  # a tensor-parallel rank's (decode_step_tp.py)
         first = layers[0]
         self.layers, self.cos, self.sin, self.eps = layers, cos, sin, eps
         self.c, self.f, self.n_qkv = first.attn_norm.numel(), first.w1.shape[0], first.wqkv.shape[0]
@@ -60,7 +64,8 @@ class DecodeStep:
         self.merge = merge_blocks(n_heads // self.kvh, self.d, self.n_splits)
         self.block_s, n = att.block_s, len(layers)
         self.rows = {"x": row_elems(self.c, dt), "q": row_elems(self.qd, dt), "f": row_elems(self.f, dt)}
-        self.xs = torch.zeros((n + 1) * self.rows["x"], device=dev, dtype=dt)  # row 0 unused; row l+1: layer l's out
+        # Row l + 1: layer l's output; row 0 unused on one GPU, the input as a tensor-parallel step stores it
+        self.xs = torch.zeros((n + 1) * self.rows["x"], device=dev, dtype=dt)
         self.hs, self.qs, self.att, self.fs = (torch.zeros(n * self.rows[r], device=dev, dtype=dt) for r in "xqqf")
         self.part_row, self.lse_row = (row_elems(n_heads * self.n_splits * k, torch.float32) for k in (self.d, 1))
         self.part, self.lse = (torch.zeros(n * r, device=dev, dtype=torch.float32) for r in (self.part_row,
@@ -72,17 +77,20 @@ class DecodeStep:
         self.counts = torch.zeros(n * self.count_row, device=dev, dtype=torch.int32)
         self.watchdog = torch.zeros(1, device=dev, dtype=torch.int32)
         self.table = offset_table(layers).to(dev)
+        assert peers is None or (sparse is None and self.formats.qkv[0] <= 2), "tensor parallel: float or FP8, dense"
+        self.tp = StepPeers(peers, n, self.c, dt, dev)
         # Set by the first call (GPU): programs in the grid, registers per thread of the kernel and spilled ones
         self.grid = self.n_regs = self.n_spills = None
 
     def __call__(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         assert x.is_contiguous() and x.numel() == self.c and x.dtype == self.xs.dtype, "x: (1, C) in the cache dtype"
+        self.ready(x, pos)
         self.counts.zero_()
         args, meta = self._args(x, pos)
-        if self.grid is None:
-            self.grid = self._programs(args, meta)
         _decode_step_kernel[(self.grid,)](*args, self.grid, **meta)
         n = len(self.layers)
+        if self.tp.world:
+            return self.tp.output(self.hs[(n - 1) * self.rows["x"]: (n - 1) * self.rows["x"] + self.c].view(1, self.c))
         return self.xs[n * self.rows["x"]: n * self.rows["x"] + self.c].view(1, self.c)
 
     def stamped(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -102,56 +110,29 @@ class DecodeStep:
         return bool(self.watchdog.item())
 
     def _args(self, x, pos, stamps=None):
-        first, cfg = self.layers[0], self.cfg
-        args = (
-            x, self.xs, self.hs, self.qs, self.att, self.fs, self.part, self.lse, self.counts, self.watchdog,
-            self.table, self.counts if stamps is None else stamps,
-            first.wqkv.data, first.wo.data, first.w1.data, first.w3.data, first.w2.data,
-            scale_arg(first.wqkv), scale_arg(first.wo), scale_arg(first.w1), scale_arg(first.w3), scale_arg(first.w2),
-            *tail_tensors(self.layers), *sparse_args(first.sparse, self.sparse_bufs, self.xs),
-            first.attn_norm, first.ffn_norm, first.k_cache, first.v_cache, self.cos, self.sin, pos,
-            first.k_cache.stride(0), first.k_cache.stride(1), self.eps, self.d ** -0.5,
-        )
-        meta = dict(
-            LAYERS=len(self.layers), C=self.c, F=self.f, N_QKV=self.n_qkv, QD=self.qd, KVD=self.kvh * self.d,
-            KVH=self.kvh, HEAD_DIM=self.d, GROUP=self.h // self.kvh, N_SPLITS=self.n_splits,
-            XR=self.rows["x"], QR=self.rows["q"], FR=self.rows["f"], PR=self.part_row, LR=self.lse_row,
-            CR=self.count_row, TW=self.table.shape[1], **format_args(self.formats),
-            T_QKV=self.counts_per_op[0], T_ATT=self.counts_per_op[1], T_WO=self.counts_per_op[2],
-            T_FFN=self.counts_per_op[3], T_W2=self.counts_per_op[4], **self.sparse_bufs.meta,
-            BN_QKV=cfg.qkv[0], BK_QKV=cfg.qkv[1], BN_WO=cfg.wo[0], BK_WO=cfg.wo[1], BN_FFN=cfg.ffn[0],
-            BK_FFN=cfg.ffn[1], BN_W2=cfg.w2[0], BK_W2=cfg.w2[1],
-            BLOCK_G=dot_dim(self.h // self.kvh), BLOCK_D=dot_dim(self.d), BLOCK_S=self.block_s,
-            SPLIT_LEN=self.split_len, FP32=self.xs.dtype == torch.float32, BLOCK_SPLITS=next_pow2(self.n_splits),
-            MERGE_G=self.merge[0], MERGE_CHUNK=self.merge[1],
-            SEQUENTIAL=INTERPRET, STAGES=cfg.stages, num_warps=cfg.num_warps,
-        )
-        if cfg.max_registers and not INTERPRET:
-            meta["maxnreg"] = cfg.max_registers
-        return args, meta
+        return step_args(self, x, pos, stamps)
+
+    def ready(self, x: torch.Tensor, pos: torch.Tensor) -> None:
+        """Compiles the kernel and sizes its grid without launching it: a tensor-parallel rank's, before the
+        ranks meet, so that none waits on a peer still compiling (backends._persistent_layers)."""
+        if self.grid is None:
+            self.grid = self._programs(*self._args(x, pos))
 
     def _programs(self, args, meta, record: bool = True) -> int:
-        """Programs in the grid: every one resident at once, or the waits could deadlock (record: keep the compiled
-        kernel's registers)."""
-        if INTERPRET:
-            return 1
-        kernel = _decode_step_kernel.warmup(*args, 1, grid=(1,), **meta)
-        kernel._init_handles()
-        fit = resident_programs(kernel, self.cfg.num_warps, self.xs.device)
+        """Programs in the grid, every one resident at once (record: keep the kernel's registers)."""
+        grid, regs = resident_grid(_decode_step_kernel, self, args, meta)
         if record:
-            self.n_regs, self.n_spills = kernel.n_regs, kernel.n_spills
-        if fit < 1:
-            raise RuntimeError(f"the decode step kernel cannot be resident: {kernel.n_regs} registers per thread")
-        sms = torch.cuda.get_device_properties(self.xs.device).multi_processor_count
-        return min(min(fit, self.cfg.programs_per_sm) * sms, sum(self.counts_per_op))
+            self.n_regs, self.n_spills = regs
+        return grid
 
 
-@triton.jit(do_not_specialize=["n_programs"])
+@triton.jit(do_not_specialize=["n_programs", "rank"])  # rank: every rank runs one compiled kernel
 def _decode_step_kernel(
     x_ptr, xs_ptr, hs_ptr, qs_ptr, att_ptr, fs_ptr, part_ptr, lse_ptr, count_ptr, watchdog_ptr,  # input, scratch
     table_ptr, stamp_ptr,  # (L, TW) int64: offsets of each layer's tensors from the first's below, flags; stamps
     wqkv_ptr, wo_ptr, w1_ptr, w3_ptr, w2_ptr, sqkv_ptr, swo_ptr, s1_ptr, s3_ptr, s2_ptr, t_ptr, ts_ptr,
     r_ptr, rb_ptr, thr_ptr, wk_ptr, sr_ptr,  # sparse FFN: SPARSE_TENSORS of layer 0, the scratch rows
+    pt_ptr, ft_ptr, pp_ptr, pf_ptr, tk_ptr, z_ptr, rank,  # tensor parallel (decode_step_tp.StepPeers)
     an_ptr, fn_ptr, kc_ptr, vc_ptr,
     cos_ptr, sin_ptr, pos_ptr, stride_ch, stride_cs, eps, sm_scale, n_programs,
     LAYERS: tl.constexpr, C: tl.constexpr, F: tl.constexpr, N_QKV: tl.constexpr, QD: tl.constexpr,
@@ -172,12 +153,14 @@ def _decode_step_kernel(
     BN_FFN: tl.constexpr, BK_FFN: tl.constexpr, BN_W2: tl.constexpr, BK_W2: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr,
     FP32: tl.constexpr, BLOCK_SPLITS: tl.constexpr, MERGE_G: tl.constexpr, MERGE_CHUNK: tl.constexpr,
-    SEQUENTIAL: tl.constexpr, STAGES: tl.constexpr,
+    SEQUENTIAL: tl.constexpr, STAGES: tl.constexpr, WORLD: tl.constexpr,  # WORLD: ranks (0: one GPU)
     STAMPS: tl.constexpr = False,
 ):
     WAIT: tl.constexpr = not SEQUENTIAL
     T_LAYER: tl.constexpr = T_QKV + T_ATT + T_WO + T_FFN + T_W2 + T_X
     NOPS: tl.constexpr = 6 if SPARSE > 0 else 5
+    SH_QKV: tl.constexpr = T_QKV if WORLD > 0 else 0  # tasks that share the store of the summed residual
+    SH_FFN: tl.constexpr = T_FFN if WORLD > 0 else 0
     known = tl.program_id(0) * 0 - 1  # the latest op (layer * OPS + op) this program has seen complete
     pending = known * 0  # tasks of op pending_op done but not yet counted (counted once per op: one release)
     pending_op = known
@@ -192,6 +175,10 @@ def _decode_step_kernel(
         dep = layer * NOPS + op - 1  # the op this task's input comes from
         dep_ptr = count_ptr + (tl.maximum(dep, 0) // NOPS) * CR + tl.maximum(dep, 0) % NOPS
         target = tl.where(dep > known, n_dep, 0)
+        p_in, slot = z_ptr, dep * 0 - 1
+        if WORLD > 0:  # qkv and gate/up sum the ranks' parts, once their flag is up (decode_step_tp.py)
+            x_in, p_in, dep_ptr, target, slot = summed_input(layer, op, x_in, x_ptr, xs_ptr, hs_ptr, dep_ptr, target,
+                                                             pp_ptr, pf_ptr, z_ptr, XR, C, WORLD)
         known = tl.maximum(known, dep)  # (program_tasks mirrors this walk in Python)
         if WAIT:  # this program's finished tasks of its previous op, reported at once before any wait
             if (pending > 0) & (pending_op != dep + 1):
@@ -204,7 +191,7 @@ def _decode_step_kernel(
                 N_QKV, C, QD, KVD, S_QKV, stride_ch, stride_cs, eps, HEAD_DIM, BN_QKV, BK_QKV, C % BK_QKV == 0, F_QKV,
                 wait_ptr=dep_ptr, wait_target=target, watchdog_ptr=watchdog_ptr, WAIT=WAIT, PREFETCH=STAGES,
                 t_ptr=t_ptr + at(off, 14), ts_ptr=ts_ptr + at(off, 15), split=tl.load(off + 16), stride_tn=S_T,
-                T_FMT=F_T,
+                T_FMT=F_T, p_ptr=p_in, xo_ptr=xs_ptr + layer * XR, PARTS=WORLD, share=tile, SHARES=SH_QKV,
             )
         elif op == 1:
             if WAIT:
@@ -215,6 +202,10 @@ def _decode_step_kernel(
                 N_SPLITS, sm_scale, cnt + NOPS, att_ptr + layer * QR, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S,
                 SPLIT_LEN, FP32, BLOCK_SPLITS, MERGE_G, MERGE_CHUNK,
             )
+        elif (op == 2) & (WORLD > 0):
+            push_task(tile, att_ptr + layer * QR, wo_ptr + at(off, 1), swo_ptr + at(off, 6), C, QD, S_WO, BN_WO, BK_WO,
+                      F_WO, dep_ptr, target, watchdog_ptr, WAIT, STAGES, pt_ptr, ft_ptr, tk_ptr, 2 * layer, rank, WORLD,
+                      T_WO)
         elif op == 2:
             linear_task(
                 alt_format(off, 17, FB_WO), tile, att_ptr + layer * QR, wo_ptr + at(off, 1), swo_ptr + at(off, 6),
@@ -230,16 +221,25 @@ def _decode_step_kernel(
             )
         elif op == 3:
             swiglu_task(
-                alt_format(off, 18, FB_FFN), tile, hs_ptr + layer * XR, fn_ptr + at(off, 11), w1_ptr + at(off, 2),
+                alt_format(off, 18, FB_FFN), tile, x_in if WORLD > 0 else hs_ptr + layer * XR, fn_ptr + at(off, 11),
+                w1_ptr + at(off, 2),
                 w3_ptr + at(off, 3), s1_ptr + at(off, 7), s3_ptr + at(off, 8), fs_ptr + layer * FR, F, C, eps,
                 BN_FFN, BK_FFN, F_FFN, S_FFN, FB_FFN, SB_FFN, dep_ptr, target, watchdog_ptr, WAIT, STAGES,
+                p_in, hs_ptr + layer * XR, WORLD, tile, SH_FFN,
             )
+        elif WORLD > 0:
+            push_task(tile, fs_ptr + layer * FR, w2_ptr + at(off, 4), s2_ptr + at(off, 9), C, F, S_W2, BN_W2, BK_W2,
+                      F_W2, dep_ptr, target, watchdog_ptr, WAIT, STAGES, pt_ptr, ft_ptr, tk_ptr, 2 * layer + 1, rank,
+                      WORLD, T_W2)
         else:
             linear_task(
                 alt_format(off, 19, FB_W2), tile, fs_ptr + layer * FR, w2_ptr + at(off, 4), s2_ptr + at(off, 9),
                 hs_ptr + layer * XR, xs_ptr + (layer + 1) * XR, C, F, BN_W2, BK_W2, F_W2, S_W2, FB_W2, SB_W2, dep_ptr,
                 target, watchdog_ptr, WAIT, STAGES,
             )
+        if WORLD > 0:
+            if slot >= 0:  # its parts read: the op's last task lowers the flag
+                release_slot(dep_ptr, tl.where(op == 0, T_QKV, T_FFN))
         pending += 1
         pending_op = dep + 1
         pending_ptr = cnt + op

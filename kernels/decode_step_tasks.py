@@ -70,13 +70,15 @@ def linear_task(alt, tile, x_ptr, w_ptr, s_ptr, res_ptr, out_ptr, N, K, BN: tl.c
 @triton.jit
 def swiglu_task(alt, tile, x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, eps, BN: tl.constexpr,
                 BK: tl.constexpr, FMT: tl.constexpr, S: tl.constexpr, FB: tl.constexpr, SB: tl.constexpr, wait_ptr,
-                wait_target, watchdog_ptr, WAIT: tl.constexpr, STAGES: tl.constexpr):
-    """swiglu_tile on gate and up weights in format FMT (row stride S), or FB (SB) where alt."""
+                wait_target, watchdog_ptr, WAIT: tl.constexpr, STAGES: tl.constexpr, p_ptr, xo_ptr,
+                PARTS: tl.constexpr, share, SHARES: tl.constexpr):
+    """swiglu_tile on gate and up weights in format FMT (row stride S), or FB (SB) where alt; with PARTS, x plus
+    the ranks' parts (decode_step_tp.py)."""
     if alt:
         swiglu_tile(tile, x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, SB, eps, BN, BK, C % BK == 0,
                     FB, wait_ptr=wait_ptr, wait_target=wait_target, watchdog_ptr=watchdog_ptr, WAIT=WAIT,
                     PREFETCH=STAGES)
     else:
         swiglu_tile(tile, x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, S, eps, BN, BK, C % BK == 0,
-                    FMT, wait_ptr=wait_ptr, wait_target=wait_target, watchdog_ptr=watchdog_ptr, WAIT=WAIT,
-                    PREFETCH=STAGES)
+                    FMT, p_ptr, xo_ptr, PARTS, wait_ptr=wait_ptr, wait_target=wait_target, watchdog_ptr=watchdog_ptr,
+                    WAIT=WAIT, PREFETCH=STAGES, share=share, SHARES=SHARES)

@@ -40,12 +40,13 @@ def dot_rows(
     WAIT: tl.constexpr = False,  # with PREFETCH only: the persistent kernel's path
     PREFETCH: tl.constexpr = 0,  # 1: each weight tile loaded one step ahead (_prefetched); n > 1: _staged
     FLOAT_BLOCKS: tl.constexpr = False,  # Q8_0, Q4_0, Q4_1 against float x (gemv_floats.py: GemvConfig.float_blocks)
+    share=0, SHARES: tl.constexpr = 0,  # PARTS in the persistent step: which elements of the sum this task stores
 ):
     """Returns (W[rows] @ (x * g), W2[rows] @ (x * g), sum(x^2)) in fp32; unused parts are 0. With PARTS, x is
     complete once the flag at wait_ptr counts wait_target arrivals: under PDL the first weight tile is read
     before that wait, otherwise the wait comes first."""
     tl.static_assert(PREFETCH > 0 or not WAIT, "WAIT is the persistent kernel's, which prefetches")
-    tl.static_assert(PARTS == 0 or PREFETCH == 0, "the ranks' partials reach the per-op GEMVs only")
+    tl.static_assert(PARTS == 0 or (PREFETCH == 0) == (SHARES == 0), "the persistent step's partials: SHARES")
     if PARTS > 0:
         if not PDL:
             wait_arrivals(wait_ptr, wait_target)
@@ -64,11 +65,11 @@ def dot_rows(
     if PREFETCH > 1:
         return _staged(w_ptr + offs, w2_ptr + offs, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
                        BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS, wait_ptr, wait_target, watchdog_ptr,
-                       WAIT, PREFETCH)
+                       WAIT, PREFETCH, share, SHARES)
     if PREFETCH == 1:
         return _prefetched(w_ptr + offs, w2_ptr + offs, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
                            BLOCK_N, BLOCK_K, NORM, PAIR, EVEN_K, W_FP8, PARTS, wait_ptr, wait_target, watchdog_ptr,
-                           WAIT)
+                           WAIT, share, SHARES)
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # reduced once, after the loop
     acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
@@ -97,14 +98,15 @@ def dot_rows(
 def _prefetched(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
                 EVEN_K: tl.constexpr, W_FP8: tl.constexpr, PARTS: tl.constexpr, wait_ptr, wait_target, watchdog_ptr,
-                WAIT: tl.constexpr):
+                WAIT: tl.constexpr, share, SHARES: tl.constexpr):
     """dot_rows for a persistent kernel, which has few programs per SM to hide latency with: each tile's load is
     issued one step ahead of its multiply and kept as stored (bf16 or int8) until then, and each tile's products
     are summed to its rows at once, so a program holds (BLOCK_N,) sums instead of (BLOCK_N, BLOCK_K) fp32 tiles.
-    The first tile is read before the wait for x (weights are never written while decoding)."""
+    The first tile is read before the wait for x (weights are never written while decoding); with PARTS, x is
+    complete once the peers' flag at wait_ptr is up."""
     w, w2 = pair_tiles(row_ptrs, row_ptrs2, tl.arange(0, BLOCK_K), K, row_mask, EVEN_K, W_FP8, PAIR)
     if WAIT:
-        wait_count(wait_ptr, wait_target, watchdog_ptr)
+        wait_count(wait_ptr, wait_target, watchdog_ptr, PARTS > 0)
     out = tl.zeros((BLOCK_N,), dtype=tl.float32)
     out2 = tl.zeros((BLOCK_N,), dtype=tl.float32)
     ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
@@ -112,12 +114,14 @@ def _prefetched(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr,
     for k0 in range(0, last, BLOCK_K):
         k_next = k0 + BLOCK_K + tl.arange(0, BLOCK_K)
         w_next, w2_next = pair_tiles(row_ptrs, row_ptrs2, k_next, K, row_mask, EVEN_K, W_FP8, PAIR)
-        x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
+        x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k0 + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS, share,
+                           SHARES)
         out += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         if PAIR:
             out2 += tl.sum(w2.to(tl.float32) * x[None, :], axis=1)
         w, w2 = w_next, w2_next
-    x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, last + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS)
+    x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, last + tl.arange(0, BLOCK_K), K, NORM, EVEN_K, PARTS, share,
+                       SHARES)
     out += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
     if PAIR:
         out2 += tl.sum(w2.to(tl.float32) * x[None, :], axis=1)
@@ -129,20 +133,21 @@ def _prefetched(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr,
 def _staged(row_ptrs, row_ptrs2, s_ptr, s2_ptr, x_ptr, g_ptr, p_ptr, xo_ptr, rows, row_mask, K,
             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, PAIR: tl.constexpr,
             EVEN_K: tl.constexpr, W_FP8: tl.constexpr, PARTS: tl.constexpr, wait_ptr, wait_target, watchdog_ptr,
-            WAIT: tl.constexpr, STAGES: tl.constexpr):
+            WAIT: tl.constexpr, STAGES: tl.constexpr, share, SHARES: tl.constexpr):
     """dot_rows for a persistent kernel, its tiles after the first copied to shared memory STAGES - 1 ahead of
     their multiply (cp.async, Triton's software pipeline), so a program has more bytes in flight than registers
     hold; the first tile is read into registers before the wait for x, as in _prefetched."""
     k = tl.arange(0, BLOCK_K)
     w, w2 = pair_tiles(row_ptrs, row_ptrs2, k, K, row_mask, EVEN_K, W_FP8, PAIR)
     if WAIT:
-        wait_count(wait_ptr, wait_target, watchdog_ptr)
-    x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, tl.zeros((BLOCK_K,), dtype=tl.float32), k, K, NORM, EVEN_K, PARTS)
+        wait_count(wait_ptr, wait_target, watchdog_ptr, PARTS > 0)
+    x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, tl.zeros((BLOCK_K,), dtype=tl.float32), k, K, NORM, EVEN_K, PARTS,
+                       share, SHARES)
     out = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
     out2 = tl.sum(w2.to(tl.float32) * x[None, :], axis=1)
     for k0 in tl.range(BLOCK_K, K, BLOCK_K, num_stages=STAGES):
         k = k0 + tl.arange(0, BLOCK_K)
-        x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS)
+        x, ss = activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM, EVEN_K, PARTS, share, SHARES)
         out += tl.sum(load_tile(row_ptrs, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :], axis=1)
         if PAIR:
             out2 += tl.sum(load_tile(row_ptrs2, k, K, row_mask, EVEN_K, W_FP8).to(tl.float32) * x[None, :], axis=1)

@@ -46,11 +46,12 @@ def load_vector(ptr, k, K, EVEN_K: tl.constexpr):
 
 
 @triton.jit
-def activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM: tl.constexpr, EVEN_K: tl.constexpr, PARTS: tl.constexpr):
+def activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM: tl.constexpr, EVEN_K: tl.constexpr, PARTS: tl.constexpr,
+               share=0, SHARES: tl.constexpr = 0):
     """The K-slice k of the input (plus the ranks' partials), RMSNorm-weighted when NORM; ss gains its squares."""
     x = load_vector(x_ptr, k, K, EVEN_K)
     if PARTS > 0:
-        x = add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K, PARTS)
+        x = add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K, PARTS, share, SHARES)
     if NORM:
         ss += x * x
         x = x * load_vector(g_ptr, k, K, EVEN_K)
@@ -58,13 +59,18 @@ def activation(x_ptr, g_ptr, p_ptr, xo_ptr, ss, k, K, NORM: tl.constexpr, EVEN_K
 
 
 @triton.jit
-def add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K: tl.constexpr, PARTS: tl.constexpr):
+def add_parts(x, p_ptr, xo_ptr, k, K, EVEN_K: tl.constexpr, PARTS: tl.constexpr, share=0, SHARES: tl.constexpr = 0):
     """x + the ranks' partial sums (PARTS rows of K fp32, added in rank order, so every rank gets the same bits),
-    rounded to the residual stream's dtype as the one-GPU linear_residual rounds it; program 0 stores it."""
+    rounded to the residual stream's dtype as the one-GPU linear_residual rounds it; program 0 stores it, or with
+    SHARES (the persistent step, whose programs need not take a task of every op) task `share` of SHARES stores
+    the elements k % SHARES == share."""
     for r in tl.static_range(PARTS):
         x += load_vector(p_ptr + r * K, k, K, EVEN_K)
     x = x.to(xo_ptr.dtype.element_ty)
-    tl.store(xo_ptr + k, x, mask=(k < K) & (tl.program_id(0) == 0))
+    if SHARES > 0:
+        tl.store(xo_ptr + k, x, mask=(k < K) & (k % SHARES == share))
+    else:
+        tl.store(xo_ptr + k, x, mask=(k < K) & (tl.program_id(0) == 0))
     return x.to(tl.float32)
 
 

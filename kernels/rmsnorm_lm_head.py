@@ -68,9 +68,9 @@ def _rmsnorm_lm_head_kernel(
     else:
         tl.store(out_ptr + rows, logits, mask=mask)
     if PARTS > 0:
-        release_slot(f_ptr)
+        release_slot(f_ptr, tl.num_programs(0))
     if WORLD > 0:
-        signal_peers(counter_ptr, flags_table, flag_offset, WORLD)
+        signal_peers(counter_ptr, flags_table, flag_offset, tl.num_programs(0), WORLD)
 
 
 def rmsnorm_lm_head(x: torch.Tensor, norm_w: torch.Tensor, w: Weight, eps: float, configs=None,

@@ -74,7 +74,7 @@ def _rmsnorm_qkv_rope_kernel(
         T_FMT=T_FMT, FLOAT_BLOCKS=FLOAT_BLOCKS,
     )
     if PARTS > 0:
-        release_slot(f_ptr)
+        release_slot(f_ptr, tl.num_programs(0))
 
 
 @triton.jit
@@ -86,7 +86,7 @@ def qkv_rope_tile(
     wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
     PREFETCH: tl.constexpr = 0,
     t_ptr=None, ts_ptr=None, split=0, stride_tn=0, T_FMT: tl.constexpr = -1,  # the tail's rows
-    FLOAT_BLOCKS: tl.constexpr = False,
+    FLOAT_BLOCKS: tl.constexpr = False, share=0, SHARES: tl.constexpr = 0,  # dot_rows'
 ):
     """Rows tile * BLOCK_N ... of the kernel's output: q rows, or k and v rows stored into the caches. With T_FMT
     >= 0, rows from split on (a multiple of BLOCK_N) are the tail weight's, in block format T_FMT: each program
@@ -107,6 +107,7 @@ def qkv_rope_tile(
         acc, _, ss = dot_rows(
             w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, False, EVEN_K,
             W_FP8, p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT, PREFETCH, FLOAT_BLOCKS,
+            share, SHARES,
         )
     acc = acc * tl.rsqrt(ss / C + eps)
     # RoPE on (even, odd) row pairs of q and k; v rows pass through.

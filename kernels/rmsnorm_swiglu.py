@@ -68,7 +68,7 @@ def _rmsnorm_swiglu_kernel(
     swiglu_tile(tl.program_id(0), x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, out_ptr, F, C, stride_wn, eps,
                 BLOCK_N, BLOCK_K, EVEN_K, W_FP8, p_ptr, xo_ptr, PARTS, PDL, f_ptr, PARTS, FLOAT_BLOCKS=FLOAT_BLOCKS)
     if PARTS > 0:
-        release_slot(f_ptr)
+        release_slot(f_ptr, tl.num_programs(0))
 
 
 @triton.jit
@@ -77,14 +77,15 @@ def swiglu_tile(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     p_ptr=None, xo_ptr=None, PARTS: tl.constexpr = 0, PDL: tl.constexpr = False,
     wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
-    PREFETCH: tl.constexpr = 0, FLOAT_BLOCKS: tl.constexpr = False,
+    PREFETCH: tl.constexpr = 0, FLOAT_BLOCKS: tl.constexpr = False, share=0, SHARES: tl.constexpr = 0,  # dot_rows'
 ):
     """Output rows (neurons) tile * BLOCK_N ... ."""
     rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < F
     gate, up, ss = dot_rows(
         w1_ptr, w3_ptr, s1_ptr, s3_ptr, x_ptr, g_ptr, rows, mask, C, stride_wn, BLOCK_N, BLOCK_K, True, True, EVEN_K, W_FP8,
-        p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT, PREFETCH, FLOAT_BLOCKS,
+        p_ptr, xo_ptr, PARTS, PDL, wait_ptr, wait_target, watchdog_ptr, WAIT, PREFETCH, FLOAT_BLOCKS, share,
+        SHARES,
     )
     rstd = tl.rsqrt(ss / C + eps)
     a, b = gate * rstd, up * rstd

@@ -95,16 +95,16 @@ def consumer_args(x) -> tuple[torch.Tensor, dict]:
 
 
 @triton.jit
-def release_slot(f_ptr):
-    """The consumer's last program resets the flag for the next step (every program has read the parts). The
-    tickets are relaxed: a program takes one only after its poll saw the flag up (a control dependency), so no
-    program still polls when the flag drops, and nothing writes the parts or the flag again before this kernel
-    has ended and a later producer has fenced. An acq_rel ticket is a MEMBAR.GPU in every program, behind its
-    own output stores: relaxed, a point cost 0.45 us less at 7B and 0.4 at 13B on two H200s (5.95 against 6.40,
+def release_slot(f_ptr, n):
+    """The consumer's last of n programs (or tasks, in the persistent step) resets the flag for the next step (every one
+    has read the parts). The tickets are relaxed: a program takes one only after its poll saw the flag up (a control
+    dependency), so no program still polls when the flag drops, and nothing writes the parts or the flag again before
+    this kernel has ended and a later producer has fenced. An acq_rel ticket is a MEMBAR.GPU in every program, behind
+    its own output stores: relaxed, a point cost 0.45 us less at 7B and 0.4 at 13B on two H200s (5.95 against 6.40,
     10.52 against 10.91; scripts/results/tp/h200x2_sync_parts/)."""
     tl.debug_barrier()
     ticket = tl.atomic_add(f_ptr + 1, 1, sem="relaxed", scope="gpu")
-    if ticket == tl.num_programs(0) - 1:
+    if ticket == n - 1:
         tl.atomic_xchg(f_ptr + 1, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(f_ptr, 0, sem="relaxed", scope="gpu")
 
@@ -118,15 +118,16 @@ def push_rows(values, rows, mask, table_ptr, offset, WORLD: tl.constexpr):
 
 
 @triton.jit
-def signal_peers(counter_ptr, flags_table, flag_offset, WORLD: tl.constexpr):
-    """After this program's pushes: the rank's last program raises the slot's flag on every rank. Each program
-    takes an acq_rel ticket at GPU scope (its stores ordered before it); the last one fences once at system scope,
-    which makes every program's remote stores visible, then increments the flags relaxed (PTX's release pattern:
-    a fence, then a strong write). Each release increment would be a MEMBAR.SYS of its own: three in a row with
-    an acq_rel atomic as the fence cost 2.2 (7B), 2.4 (13B) and 2.5 us (70B) more per synchronisation point."""
+def signal_peers(counter_ptr, flags_table, flag_offset, n, WORLD: tl.constexpr):
+    """After this program's pushes: the rank's last of n programs (or tasks, in the persistent step) raises the slot's
+    flag on every rank. Each program takes an acq_rel ticket at GPU scope (its stores ordered before it); the last one
+    fences once at system scope, which makes every program's remote stores visible, then increments the flags relaxed
+    (PTX's release pattern: a fence, then a strong write). Each release increment would be a MEMBAR.SYS of its own:
+    three in a row with an acq_rel atomic as the fence cost 2.2 (7B), 2.4 (13B) and 2.5 us (70B) more per
+    synchronisation point."""
     tl.debug_barrier()
     ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
-    if ticket == tl.num_programs(0) - 1:
+    if ticket == n - 1:
         fence_sys(ticket)
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
         for r in tl.static_range(WORLD):
@@ -148,13 +149,13 @@ def _push_linear_kernel(
         PDL=PDL,
     )
     push_rows(acc, rows, mask, table_ptr, offset, WORLD)
-    signal_peers(counter_ptr, flags_table, flag_offset, WORLD)
+    signal_peers(counter_ptr, flags_table, flag_offset, tl.num_programs(0), WORLD)
 
 
 @triton.jit
 def _wait_kernel(f_ptr, n):
     wait_arrivals(f_ptr, n)
-    release_slot(f_ptr)
+    release_slot(f_ptr, tl.num_programs(0))
 
 
 def push_linear(x: torch.Tensor, w: Weight, peers: Peers, slot: int, residual, configs=None) -> SummedInput:

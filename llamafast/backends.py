@@ -151,16 +151,19 @@ def _persistent_layers(model: Transformer, x: torch.Tensor, pos: torch.Tensor, c
     from llamafast.kernels.decode_step import DecodeStep
     from llamafast.kernels.decode_step_sparse import sparse_tiles
 
-    sparse = model.sparse
-    key = (model.layers[0].k_cache.data_ptr(), model.cache_len, sparse and sparse.mode)
+    sparse, peers = model.sparse, getattr(model.comm, "peers", None)  # a rank's symmetric buffers (tp/comm.py)
+    key = (model.layers[0].k_cache.data_ptr(), model.cache_len, sparse and sparse.mode, id(peers))
     step = getattr(model, "_decode_step", None)
     if step is None or step[0] != key:
         layers = layer_tensors(model, sparse=sparse is not None)
         tiles = sparse and sparse_tiles(layers[0].w1, layers[0].sparse.router, model.layout.group_size, sparse.mode)
         attention = model.backend.launches["decode_attention"]
         step = (key, DecodeStep(layers, model.rope_cos, model.rope_sin, model.config.n_heads // model.world,
-                                model.config.norm_eps, configs, attention, tiles))
+                                model.config.norm_eps, configs, attention, tiles, peers))
         model._decode_step = step
+        if peers is not None:  # every rank's kernel compiled before any waits on a peer's flag
+            step[1].ready(x, pos)
+            model.comm.barrier()
     return step[1](x, pos)
 
 

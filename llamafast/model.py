@@ -179,9 +179,10 @@ class Transformer(nn.Module):
         eps = self.config.norm_eps
         sparse = self.sparse if tokens.shape[0] == 1 or self.sparse_prefill else None
         group = self.layout.group_size if self.layout else 0
-        # The persistent step runs a sparse FFN, or a dense one on w2 (a sparsified model's dense FFN runs per op).
-        one_kernel = sparse is not None or self.layout is None
-        if tokens.shape[0] == 1 and self.backend.layers is not None and one_kernel and self.comm is None:
+        # The persistent step runs a sparse FFN, or a dense one on w2 (a sparsified model's dense FFN runs per op),
+        # and a rank's shard where its communication can wait inside it (tp/comm.py's in_step).
+        one_kernel = (sparse is not None or self.layout is None) and getattr(self.comm, "in_step", True)
+        if tokens.shape[0] == 1 and self.backend.layers is not None and one_kernel:
             x = self.backend.layers(self, x, pos)
         else:
             for i, layer in enumerate(self.layers):

@@ -6,10 +6,12 @@ to the tensor-parallel step is weighed with it.
     torchrun --standalone --nproc-per-node 2 scripts/profile_tp.py --shape llama-2-7b --out OUT.json
     torchrun --standalone --nproc-per-node 2 scripts/profile_tp.py --shape llama-2-70b --sweep --out OUT.json
     python scripts/profile_tp.py --world 2 --shape llama-2-7b --out OUT.json   # one GPU: TP=1 and rank 0's floor
+    python scripts/profile_tp.py --world 2 --backend persistent --out OUT.json  # the same, the one-kernel step
 
 Under torchrun, per variant: none (the floor, timed on every rank at once: the spread between the ranks' floors is
 their drift, which every wait exposes), NCCL all-reduces, and symmetric memory (kernels/tp_sync.py). Each variant's cost per synchronisation point is (its ms/token - the slowest
-rank's floor) / points, points = 2 per layer + 1 for the logits. --sweep: then the launches of the kernels that add
+rank's floor) / points, points = 2 per layer + 1 for the logits. --backend persistent: every step in the
+one-kernel decode step (kernels/decode_step_tp.py), whose synchronisation is symm's alone (no NCCL variant). --sweep: then the launches of the kernels that add
 the ranks' partials under symm (RMSNorm + SwiGLU, + QKV, + LM head), which every program reads whole, so their
 best launch is not the floor's: their committed entries under the key + ("summed",) come from it. --timeline: each
 variant's step also taken apart by kernel (bench.timeline, rank 0's kernels from torch.profiler, each step replayed
@@ -40,7 +42,8 @@ from llamafast.tp.dist import setup
 
 
 class NoComm:
-    """Each rank's partial sums kept to itself: the arithmetic of a TP step without its communication. vocab: the
+    """Each rank's partial sums kept to itself: the arithmetic of a TP step without its communication (the
+    persistent step runs it as one GPU's: model.forward takes no `in_step` for yes). vocab: the
     model's whole vocabulary, where a rank's LM head holds only its rows: its logits are copied into a buffer that
     long (the rest zeros), since the sampler takes the whole vocabulary (the fused one checks it)."""
 
@@ -110,20 +113,21 @@ def _step(name: str, ms: float, show: bool = True, timeline: dict | None = None,
                                                                              else {})}
 
 
-def floor_model(shape: str, world: int, device: torch.device):
+def floor_model(shape: str, world: int, device: torch.device, backend: Backend = Backend.triton):
     """Rank 0's shard of a `world`-way split on this one GPU, decoding with no communication (its floor)."""
-    model = random_model(shape, device, DType.bfloat16, Backend.triton, shard=Shard(0, world)).model
+    model = random_model(shape, device, DType.bfloat16, backend, shard=Shard(0, world)).model
     model.comm = NoComm(model.config.vocab_size)
     return model
 
 
-def one_gpu_steps(shape: str, world: int, device: torch.device, timeline: bool = False):
+def one_gpu_steps(shape: str, world: int, device: torch.device, timeline: bool = False,
+                  backend: Backend = Backend.triton):
     """Rank 0's shard of a `world`-way split on this one GPU, and its steps: TP=1 (the whole model, where it fits)
     and the shard's floor. Returns (the shard's model, the steps)."""
-    model = floor_model(shape, world, device)
+    model = floor_model(shape, world, device, backend)
     steps = []
     try:
-        whole = random_model(shape, device, DType.bfloat16, Backend.triton).model
+        whole = random_model(shape, device, DType.bfloat16, backend).model
         ms, t = timed_step(whole, timeline=timeline)
         steps.append(_step("TP=1", ms, timeline=t))
         del whole
@@ -136,10 +140,11 @@ def one_gpu_steps(shape: str, world: int, device: torch.device, timeline: bool =
 
 
 def variants(ranks, model):
-    """(name, comm) per variant, the floor first."""
+    """(name, comm) per variant, the floor first (the persistent step: symm alone)."""
     config, sharded = model.config, model.shard.vocab_sharded(model.config)
     yield "none (floor)", NoComm(model.config.vocab_size)
-    for comm in (TPComm.nccl, TPComm.symm):
+    persistent = model.backend.layers is not None
+    for comm in (TPComm.symm,) if persistent else (TPComm.nccl, TPComm.symm):
         yield comm.value, make_comm(comm, ranks, config, sharded, "graph")[0]
 
 
@@ -181,10 +186,10 @@ def sweep_consumers(model, timed) -> tuple[list[dict], dict]:
     return rows, winners
 
 
-def under_torchrun(shape: str, sweep: bool, timeline: bool = False):
+def under_torchrun(shape: str, sweep: bool, timeline: bool = False, backend: Backend = Backend.triton):
     """Every variant on every rank; returns (ranks, the leader's rows)."""
     ranks = setup(None)
-    model = random_model(shape, ranks.device, DType.bfloat16, Backend.triton, shard=ranks.shard).model
+    model = random_model(shape, ranks.device, DType.bfloat16, backend, shard=ranks.shard).model
     points = 2 * model.config.n_layers + 1
     steps, floor = [], None
 
@@ -228,17 +233,19 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="under torchrun: then sweep the launches of symm's "
                         "consumers (consumer_weights) and time symm with the winners")
     parser.add_argument("--timeline", action="store_true", help="take each variant's step apart by kernel (rank 0's)")
+    parser.add_argument("--backend", type=Backend, default=Backend.triton, choices=[Backend.triton, Backend.persistent],
+                        help="triton (the per-op graph) or persistent (the one-kernel step)")
     a = parser.parse_args()
     torchrun = "WORLD_SIZE" in os.environ
     if torchrun:
-        ranks, steps = under_torchrun(a.shape, a.sweep, a.timeline)
+        ranks, steps = under_torchrun(a.shape, a.sweep, a.timeline, a.backend)
         world, device, leader = ranks.shard.world, ranks.device, ranks.leader
     else:
-        steps = one_gpu_steps(a.shape, a.world, torch.device("cuda"), a.timeline)[1]
+        steps = one_gpu_steps(a.shape, a.world, torch.device("cuda"), a.timeline, a.backend)[1]
         world, device, leader = a.world, torch.device("cuda"), True
     if leader:
         with open(a.out, "w") as f:
-            json.dump({"shape": a.shape, "world": world, "copy_bw_gb_s": copy_bandwidth(device),
+            json.dump({"shape": a.shape, "world": world, "backend": a.backend.value, "copy_bw_gb_s": copy_bandwidth(device),
                        "one_gpu": not torchrun, "environment": environment(device), "steps": steps}, f, indent=1)
     if torchrun:
         dist.barrier()

@@ -176,7 +176,7 @@ def run_bench(models: list[LoadedModel], backends: list[Backend], prompt_len: in
         dense = None
         for backend in backends:
             results = [bench_backend(model, backend, prompt, new_tokens, comm, sampling, report.context)
-                       for comm in comms]
+                       for comm in comms if backend != Backend.persistent or getattr(comm, "in_step", True)]
             nccl = next((r for r in results if r.tp_comm == "nccl"), None)
             for result in results:
                 result.speedup = nccl and result.decode_tokens_per_s / nccl.decode_tokens_per_s

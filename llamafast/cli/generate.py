@@ -67,7 +67,7 @@ def generate(
         dev = ranks.device if ranks else device_or_default(pick(device, run.device))
         phases["init_s"] = _init_device(dev)
         opened, ids, sparse = on_every_rank(ranks, lambda: _open(
-            run, model, tokenizer, text, chat, system, max_new, sparsity, sparse_mode, backend, ranks))
+            run, model, tokenizer, text, chat, system, max_new, sparsity, sparse_mode, backend, ranks, tp_comm))
         tok = opened.tokenizer
         if not text and not json_out:
             err.print("[dim]empty prompt: generating from the beginning-of-sequence token alone[/dim]")
@@ -118,9 +118,9 @@ def _options(config, temperature, top_k, top_p, repetition_penalty, seed, max_ne
     return run, sampling, max_new
 
 
-def _open(run, model, tokenizer, text, chat, system, max_new, sparsity, sparse_mode, backend, ranks):
+def _open(run, model, tokenizer, text, chat, system, max_new, sparsity, sparse_mode, backend, ranks, tp_comm):
     """The checkpoint opened, the prompt's token ids and the sparse run: all checked before any weights load."""
-    check_tp_backend(ranks, pick(backend, run.backend))
+    check_tp_backend(ranks, pick(backend, run.backend), [tp_comm])
     opened = open_noted(path_or(model, run.model), path_or(tokenizer, run.tokenizer))
     ids = opened.tokenizer.chat(text, system) if chat else opened.tokenizer.encode(text)
     check_context(len(ids), max_new, opened.config.max_seq_len)

@@ -24,7 +24,7 @@ import typer
 
 from llamafast.cli.common import err, print_error
 from llamafast.cli.streams import discard
-from llamafast.config import Backend
+from llamafast.config import Backend, TPComm
 from llamafast.errors import LlamafastError, SharedError
 
 T = TypeVar("T")
@@ -211,9 +211,14 @@ def on_rank0(ranks, step: Callable[[], T], wait: timedelta | None = None) -> T:
     return from_leader(ranks, step, wait)
 
 
-def check_tp_backend(ranks, backend: Backend | None) -> None:
-    if ranks is not None and backend in (Backend.compile, Backend.persistent):
-        raise LlamafastError(f"--tp runs the triton and reference backends, not {backend.value}")
+def check_tp_backend(ranks, backend: Backend | None, comms=()) -> None:
+    """--tp runs the triton, reference and persistent backends; persistent synchronises inside its kernel, through
+    symmetric memory (kernels/decode_step_tp.py), so at least one of comms (the --tp-comm asked for) must be symm."""
+    if ranks is not None and backend == Backend.compile:
+        raise LlamafastError("--tp runs the triton, persistent and reference backends, not compile")
+    if ranks is not None and backend == Backend.persistent and comms and TPComm.symm not in comms:
+        raise LlamafastError("--backend persistent under --tp waits on symmetric memory inside its kernel: use "
+                             "--tp-comm symm")
 
 
 def attach_comm(ranks, lm, kind) -> str | None:

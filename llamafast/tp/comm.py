@@ -10,6 +10,7 @@ vocabulary-sharded logits. The residual stream stays whole on every rank, added 
     symm  decode through symmetric memory (kernels/tp_sync.py): wo and w2 push their partials into every rank's
           buffer and the next fused kernel sums them while it reads its input; no all-reduce kernel at all.
           Prompts (S > 1) sum through torch's two-shot all-reduce on symmetric memory (prompt_row_linear).
+          On the persistent backend the one-kernel step pushes and waits itself (kernels/decode_step_tp.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from llamafast.tp.dist import Ranks
 
 class NcclComm:
     name = TPComm.nccl
+    in_step = False  # the persistent decode step cannot call an all-reduce from inside its kernel: per op instead
 
     def __init__(self, ranks: Ranks, vocab_sharded: bool):
         self.ranks, self.vocab_sharded = ranks, vocab_sharded
@@ -50,12 +52,17 @@ class NcclComm:
 
 class SymmComm(NcclComm):
     name = TPComm.symm
+    in_step = True  # the persistent decode step pushes and waits on these peers itself (kernels/decode_step_tp.py)
 
     def __init__(self, ranks: Ranks, vocab_sharded: bool, n_layers: int, dim: int, vocab: int):
         super().__init__(ranks, vocab_sharded)
         self.peers = symmetric_peers(ranks, 2 * n_layers + 1, dim, vocab if vocab_sharded else 0)
         self.push_configs: dict | None = None  # push_linear's launch table (None: the committed one)
         self.prompt_buffers: dict[torch.dtype, list[torch.Tensor]] = {}  # prompt_row_linear's, per activation dtype
+
+    def barrier(self) -> None:
+        """Every rank here (the persistent step's ranks meet once its kernel is compiled: backends.py)."""
+        dist.barrier(group=self.group)
 
     def row_linear(self, ops, x, w: Weight, residual, slot: int):
         if x.shape[0] > 1:

@@ -114,3 +114,15 @@ def test_bench_refusals_are_printed_once():
     done = torchrun(2, "-m", "llamafast", "bench", "--random-weights", "--shape", "stories260K", "--prompt-len", "0")
     assert done.returncode != 0
     assert len(errors(done)) == 1 and "--prompt-len must be at least 1" in errors(done)[0], done.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,message", [
+    (["--backend", "persistent", "--tp-comm", "nccl"], "--backend persistent under --tp waits on symmetric memory"),
+    (["--backend", "compile"], "--tp runs the triton, persistent and reference backends, not compile"),
+], ids=["persistent-nccl", "compile"])
+def test_backends_tensor_parallel_cannot_run_are_refused_once(args, message):
+    """Before any weights load: the persistent step synchronises through symmetric memory only, compile not at all."""
+    done = torchrun(2, "-m", "llamafast", "generate", "hi", *GREEDY, *args)
+    assert done.returncode == 1
+    assert len(errors(done)) == 1 and message in errors(done)[0], done.stderr[-3000:]

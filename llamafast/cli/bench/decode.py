@@ -154,7 +154,7 @@ def _decode_options(model, tokenizer, random_weights, shape, device, dtype, conf
         fused = [Backend.triton] if ranks or blocks else [Backend.triton, Backend.persistent]
         every = [b for b in Backend if b != Backend.persistent or not mixed]
         backends = fused if cuda and (fp8 or blocks or ranks) else every if cuda else [Backend.reference]
-    check_backends(backends, t.device, ranks)
+    check_backends(backends, t.device, ranks, tp_comm or ())
     return t, (n_prompt, n_new, cache), backends, blocks
 
 

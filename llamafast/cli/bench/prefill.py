@@ -104,7 +104,7 @@ def _options(model, tokenizer, random_weights, shape, device, dtype, config, out
     if backends is None:
         cuda = [Backend.triton] if blocks else [Backend.triton, Backend.reference]
         backends = cuda if t.device.type == "cuda" else [Backend.reference]
-    check_backends(backends, t.device, ranks)
+    check_backends(backends, t.device, ranks, tp_comm or ())
     return t, lengths, backends, blocks
 
 

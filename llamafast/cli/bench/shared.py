@@ -92,13 +92,14 @@ def token_counts(t: Target, prompt_len: int | None, new_tokens: int | None) -> t
     return n_prompt, n_new
 
 
-def check_backends(backends: list[Backend], device, ranks=None) -> None:
-    """A backend the device (or tensor parallelism) cannot run is refused before any weights load."""
+def check_backends(backends: list[Backend], device, ranks=None, comms=()) -> None:
+    """A backend the device (or tensor parallelism, with comms: --tp-comm) cannot run is refused before any
+    weights load."""
     from llamafast.cli.tp import check_tp_backend
     from llamafast.load import resolve_backend
 
     for b in backends:
-        check_tp_backend(ranks, b)
+        check_tp_backend(ranks, b, comms)
         resolve_backend(b, device)
 
 
