@@ -21,6 +21,7 @@ from triton.runtime import driver  # noqa: E402
 from llamafast.backends import build, layer_tensors  # noqa: E402
 from llamafast.config import MODEL_CONFIGS, Backend, WeightFormat  # noqa: E402
 from llamafast.kernels import decode_step  # noqa: E402
+from llamafast.kernels import decode_step_args  # noqa: E402
 from llamafast.kernels import decode_step_plan as plan  # noqa: E402
 from llamafast.load.blocks import MIXES, block_state, copy_formats  # noqa: E402
 from llamafast.load.shard import Shard, random_shard  # noqa: E402
@@ -59,7 +60,7 @@ def report(name: str) -> str:
         state = block_state(random_state(config, torch.device("cpu"), torch.bfloat16), fmt, config)
         model = build(config, state, Backend.reference, *fmts, formats=others)
     model.setup_cache(64)
-    decode_step.INTERPRET = plan.INTERPRET = False  # the launch of a GPU, not the interpreter's
+    decode_step_args.INTERPRET = plan.INTERPRET = False  # the launch of a GPU, not the interpreter's
     step = decode_step.DecodeStep(layer_tensors(model), model.rope_cos, model.rope_sin, config.n_heads,
                                   config.norm_eps)
     args, meta = step._args(torch.zeros(1, config.dim, dtype=torch.bfloat16), torch.zeros((), dtype=torch.long))
