@@ -106,8 +106,8 @@ def model_jobs(model: Transformer) -> list[Job]:
 
 def runs_step(model: Transformer) -> bool:
     """Whether tuning times the persistent step's launch on the model's layers: not for tensor-parallel shards,
-    which run per op, nor for a sparsified model, whose dense FFN runs per op and whose sparse step takes the
-    committed launch or step_config's default (model.forward)."""
+    which nothing tunes (prepare) and whose step takes the committed launch or step_config's default, nor for a
+    sparsified model, whose dense FFN runs per op and whose sparse step takes those too (model.forward)."""
     return model.backend.layers is not None and model.layout is None and model.world == 1
 
 
