@@ -116,13 +116,19 @@ def test_bench_refusals_are_printed_once():
     assert len(errors(done)) == 1 and "--prompt-len must be at least 1" in errors(done)[0], done.stderr[-3000:]
 
 
+BENCH = ["bench", "--random-weights", "--shape", "stories260K"]
+SYMM_ONLY = "--backend persistent under --tp waits on symmetric memory"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("args,message", [
-    (["--backend", "persistent", "--tp-comm", "nccl"], "--backend persistent under --tp waits on symmetric memory"),
-    (["--backend", "compile"], "--tp runs the triton, persistent and reference backends, not compile"),
-], ids=["persistent-nccl", "compile"])
-def test_backends_tensor_parallel_cannot_run_are_refused_once(args, message):
+@pytest.mark.parametrize("command,args,message", [
+    (["generate", "hi", *GREEDY], ["--backend", "persistent", "--tp-comm", "nccl"], SYMM_ONLY),
+    (BENCH, ["--backend", "persistent", "--tp-comm", "nccl"], SYMM_ONLY),
+    (["generate", "hi", *GREEDY], ["--backend", "compile"],
+     "--tp runs the triton, persistent and reference backends, not compile"),
+], ids=["generate-persistent-nccl", "bench-persistent-nccl", "generate-compile"])
+def test_backends_tensor_parallel_cannot_run_are_refused_once(command, args, message):
     """Before any weights load: the persistent step synchronises through symmetric memory only, compile not at all."""
-    done = torchrun(2, "-m", "llamafast", "generate", "hi", *GREEDY, *args)
+    done = torchrun(2, "-m", "llamafast", *command, *args)
     assert done.returncode == 1
     assert len(errors(done)) == 1 and message in errors(done)[0], done.stderr[-3000:]
