@@ -103,3 +103,21 @@ def tolerance(dtype: torch.dtype) -> dict:
     atol, rtol = TOLERANCES[dtype]
     return {"atol": atol, "rtol": rtol}
 
+
+
+def simulated_peers(world: int, slots: int, c: int, vocab: int = 0) -> list:
+    """Every tensor-parallel "rank" in this process (kernels/tp_sync.Peers): each its own parts, flags, counters and
+    vocabulary-sharded logits (NaN until pushed; none without a vocabulary), the pointer tables holding all of
+    their addresses, as symmetric memory's would."""
+    from llamafast.kernels.tp_sync import Peers
+
+    parts = [torch.zeros(slots, world, c, device=DEVICE) for _ in range(world)]
+    flags = [torch.zeros(slots, 2, dtype=torch.int32, device=DEVICE) for _ in range(world)]
+    logits = [torch.full((vocab,), float("nan"), device=DEVICE) for _ in range(world)]
+
+    def table(ts):
+        return torch.tensor([t.data_ptr() for t in ts], dtype=torch.int64, device=DEVICE)
+
+    return [Peers(r, world, table(parts), table(flags), parts[r], flags[r],
+                  torch.zeros(slots, dtype=torch.int32, device=DEVICE), table(logits) if vocab else None,
+                  logits[r] if vocab else None) for r in range(world)]

@@ -30,7 +30,7 @@ from llamafast.model import rope_tables
 from llamafast.quant import FP8Format, quantize
 from llamafast.tp.comm import SymmComm
 
-from .common import DEVICE, ODD
+from .common import DEVICE, ODD, simulated_peers
 
 ROOT = Path(__file__).resolve().parents[2]
 # GQA 2:1 on each of 2 ranks (head_dim 24); F 200, 100 neurons a rank; K of wo 48 a rank.
@@ -84,19 +84,6 @@ def reference_step(ranks: list[list[LayerTensors]], x, pos, cos, sin) -> tuple[t
         parts[2 * layer + 1] = [f.float() @ reference.dense(t.w2, torch.float32).T for f, t in zip(ffs, ts)]
         x = summed(hs[-1], 2 * layer + 1)
     return x, hs, parts
-
-
-def simulated_peers(world: int, slots: int, c: int, vocab: int = 0) -> list[Peers]:
-    parts = [torch.zeros(slots, world, c, device=DEVICE) for _ in range(world)]
-    flags = [torch.zeros(slots, 2, dtype=torch.int32, device=DEVICE) for _ in range(world)]
-    logits = [torch.zeros(vocab, device=DEVICE) for _ in range(world)]
-
-    def table(ts):
-        return torch.tensor([t.data_ptr() for t in ts], dtype=torch.int64, device=DEVICE)
-
-    return [Peers(r, world, table(parts), table(flags), parts[r], flags[r],
-                  torch.zeros(slots, dtype=torch.int32, device=DEVICE), table(logits) if vocab else None,
-                  logits[r] if vocab else None) for r in range(world)]
 
 
 def steps_of(config, world, dtype, fp8, smax, cfg: StepConfig | None = None):

@@ -11,31 +11,18 @@ import torch
 from llamafast import reference
 from llamafast.config import Weight
 
-from .common import DEVICE, tolerance
+from .common import DEVICE, simulated_peers, tolerance
 
 kernels = pytest.importorskip("kernels")
 from kernels.rmsnorm_lm_head import rmsnorm_lm_head  # noqa: E402
 from kernels.rmsnorm_qkv_rope import rmsnorm_qkv_rope  # noqa: E402
 from kernels.rmsnorm_swiglu import rmsnorm_swiglu  # noqa: E402
-from kernels.tp_sync import Peers, push_linear, wait_logits  # noqa: E402
+from kernels.tp_sync import push_linear, wait_logits  # noqa: E402
 
 # (C, K per rank, F per rank, V): odd on purpose (K = 48 is no power of two); 7B at TP=2 on a GPU (marked gpu).
 SHAPES = [pytest.param((96, 48, 100, 1000), id="odd"),
           pytest.param((4096, 2048, 5504, 32000), id="llama-2-7b-tp2", marks=pytest.mark.gpu)]
 DTYPES = [torch.float32, torch.bfloat16]
-
-
-def simulated_peers(world: int, slots: int, c: int, v: int) -> list[Peers]:
-    parts = [torch.zeros(slots, world, c, device=DEVICE) for _ in range(world)]
-    flags = [torch.zeros(slots, 2, dtype=torch.int32, device=DEVICE) for _ in range(world)]
-    logits = [torch.full((v,), float("nan"), device=DEVICE) for _ in range(world)]
-
-    def table(ts):
-        return torch.tensor([t.data_ptr() for t in ts], dtype=torch.int64, device=DEVICE)
-
-    return [Peers(r, world, table(parts), table(flags), parts[r], flags[r],
-                  torch.zeros(slots, dtype=torch.int32, device=DEVICE), table(logits), logits[r])
-            for r in range(world)]
 
 
 W = Weight
