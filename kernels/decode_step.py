@@ -202,16 +202,17 @@ def _decode_step_kernel(
                 N_SPLITS, sm_scale, cnt + NOPS, att_ptr + layer * QR, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S,
                 SPLIT_LEN, FP32, BLOCK_SPLITS, MERGE_G, MERGE_CHUNK,
             )
-        elif (op == 2) & (WORLD > 0):
-            push_task(tile, att_ptr + layer * QR, wo_ptr + at(off, 1), swo_ptr + at(off, 6), C, QD, S_WO, BN_WO, BK_WO,
-                      F_WO, dep_ptr, target, watchdog_ptr, WAIT, STAGES, pt_ptr, ft_ptr, tk_ptr, 2 * layer, rank, WORLD,
-                      T_WO)
         elif op == 2:
-            linear_task(
-                alt_format(off, 17, FB_WO), tile, att_ptr + layer * QR, wo_ptr + at(off, 1), swo_ptr + at(off, 6),
-                x_in, hs_ptr + layer * XR, C, QD, BN_WO, BK_WO, F_WO, S_WO, FB_WO, SB_WO, dep_ptr, target,
-                watchdog_ptr, WAIT, STAGES,
-            )
+            if WORLD > 0:
+                push_task(tile, att_ptr + layer * QR, wo_ptr + at(off, 1), swo_ptr + at(off, 6), C, QD, S_WO, BN_WO,
+                          BK_WO, F_WO, dep_ptr, target, watchdog_ptr, WAIT, STAGES, pt_ptr, ft_ptr, tk_ptr, 2 * layer,
+                          rank, WORLD, T_WO)
+            else:
+                linear_task(
+                    alt_format(off, 17, FB_WO), tile, att_ptr + layer * QR, wo_ptr + at(off, 1), swo_ptr + at(off, 6),
+                    x_in, hs_ptr + layer * XR, C, QD, BN_WO, BK_WO, F_WO, S_WO, FB_WO, SB_WO, dep_ptr, target,
+                    watchdog_ptr, WAIT, STAGES,
+                )
         elif SPARSE > 0:
             sparse_task(
                 dep_ptr, target, watchdog_ptr, WAIT, op, tile, off, hs_ptr + layer * XR, fn_ptr, w1_ptr, w3_ptr, s1_ptr,
@@ -222,10 +223,9 @@ def _decode_step_kernel(
         elif op == 3:
             swiglu_task(
                 alt_format(off, 18, FB_FFN), tile, x_in if WORLD > 0 else hs_ptr + layer * XR, fn_ptr + at(off, 11),
-                w1_ptr + at(off, 2),
-                w3_ptr + at(off, 3), s1_ptr + at(off, 7), s3_ptr + at(off, 8), fs_ptr + layer * FR, F, C, eps,
-                BN_FFN, BK_FFN, F_FFN, S_FFN, FB_FFN, SB_FFN, dep_ptr, target, watchdog_ptr, WAIT, STAGES,
-                p_in, hs_ptr + layer * XR, WORLD, tile, SH_FFN,
+                w1_ptr + at(off, 2), w3_ptr + at(off, 3), s1_ptr + at(off, 7), s3_ptr + at(off, 8),
+                fs_ptr + layer * FR, F, C, eps, BN_FFN, BK_FFN, F_FFN, S_FFN, FB_FFN, SB_FFN, dep_ptr, target,
+                watchdog_ptr, WAIT, STAGES, p_in, hs_ptr + layer * XR, WORLD, tile, SH_FFN,
             )
         elif WORLD > 0:
             push_task(tile, fs_ptr + layer * FR, w2_ptr + at(off, 4), s2_ptr + at(off, 9), C, F, S_W2, BN_W2, BK_W2,
