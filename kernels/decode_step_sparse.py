@@ -19,14 +19,13 @@ import torch
 import triton
 import triton.language as tl
 
-from llamafast.config import SPARSE_COLUMN_BLOCKS, SparseMode, Weight
+from llamafast.config import SparseMode, Weight
 
 from ._common import cdiv, next_pow2
 from .counters import wait_count
 from .decode_step_tasks import at
-from .gemv import gemv_config
-from .sparse_ffn import CONFIGS as FFN_CONFIGS, DEFAULT as FFN_DEFAULT, gather_tile, scatter_tile
-from .sparse_select import CONFIGS as ROUTER_CONFIGS, GATE_DEFAULT, gate_tile, router_tile
+from .sparse_ffn import CONFIGS as FFN_CONFIGS, ffn_tiles, gather_tile, scatter_tile
+from .sparse_select import CONFIGS as ROUTER_CONFIGS, gate_tile, router_tile, select_tiles
 
 SPARSE_OPS = ("qkv", "attention", "wo", "select", "gather", "scatter")  # per layer, in dependency order
 SPARSE_TENSORS = ("router", "router_bias", "threshold", "work")  # table columns after FLAGS (decode_step_plan)
@@ -64,19 +63,12 @@ class SparseTiles:
 
 
 def sparse_tiles(w1: Weight, router: torch.Tensor, group: int, mode: SparseMode) -> SparseTiles:
-    """The tiles the per-op kernels launch with (sparse_ffn.sparse_ffn, sparse_select.select_groups)."""
+    """The tiles the per-op kernels launch with on their committed tables (sparse_ffn.ffn_tiles,
+    sparse_select.select_tiles)."""
     f, c = w1.shape
-    cfg = FFN_CONFIGS.get((f, c, w1.data.element_size()), FFN_DEFAULT)
-    if mode == SparseMode.router:
-        sel = gemv_config(ROUTER_CONFIGS, router)
-        select = (sel.block_n, sel.block_k)
-    else:
-        sel = ROUTER_CONFIGS.get((f, c, w1.data.element_size()), GATE_DEFAULT)
-        select = (max(group, sel.block_n // group * group), sel.block_k)
-    block_c = min(cfg.block_c, next_pow2(c))
-    assert cdiv(c, block_c) <= SPARSE_COLUMN_BLOCKS, f"{cdiv(c, block_c)} column blocks: BLOCK_C too small for C"
-    return SparseTiles(mode, group, f // group, select, (min(cfg.block_n, group), min(cfg.block_k, next_pow2(c))),
-                       cfg.splits, block_c)
+    cfg, gather, block_c = ffn_tiles(FFN_CONFIGS, w1, group)
+    sel, rows = select_tiles(ROUTER_CONFIGS, w1, router, group, mode)
+    return SparseTiles(mode, group, f // group, (rows, sel.block_k), gather, cfg.splits, block_c)
 
 
 def sparse_offsets(layer: SparseLayer | None, first: SparseLayer | None) -> list[int]:

@@ -53,6 +53,17 @@ CONFIGS: dict[tuple[int, int, int], SparseConfig] = {
 DEFAULT = SparseConfig(block_n=2, block_k=512, num_warps=1, splits=16, block_c=64, scatter_warps=1)
 
 
+def ffn_tiles(table: dict, w1: Weight, group_size: int) -> tuple[SparseConfig, tuple[int, int], int]:
+    """The launch for w1 (F, C) in table (else DEFAULT), the gather's (rows, K) tile within one group and the
+    scatter's column block: what sparse_ffn launches and the persistent step's tasks take
+    (decode_step_sparse.sparse_tiles)."""
+    f, c = w1.shape
+    cfg = table.get((f, c, w1.data.element_size()), DEFAULT)
+    block_c = min(cfg.block_c, next_pow2(c))
+    assert cdiv(c, block_c) <= SPARSE_COLUMN_BLOCKS, f"{cdiv(c, block_c)} column blocks: BLOCK_C too small for C"
+    return cfg, (min(cfg.block_n, group_size), min(cfg.block_k, next_pow2(c))), block_c
+
+
 @triton.jit
 def gather_tile(pid, x_ptr, g_ptr, w1_ptr, w3_ptr, s1_ptr, s3_ptr, act_ptr, work_ptr, h_ptr, C, stride_wn, eps,
                 G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
@@ -156,18 +167,15 @@ def sparse_ffn(x, norm_w, w1: Weight, w3: Weight, w2t: Weight, router_w, router_
     e4m3, w2t_scale = w1.fmt == WeightFormat.fp8_e4m3, w2t.scale
     assert (w2t_scale is not None) == e4m3, "E4M3 W2t: (C,) column scales"
     assert w2t_scale is None or (w2t_scale.shape == (c,) and w2t_scale.dtype == torch.float32), "W2t scales: (C,)"
-    cfg = (CONFIGS if configs is None else configs).get((f, c, w1.data.element_size()), DEFAULT)
+    cfg, (block_n, block_k), block_c = ffn_tiles(CONFIGS if configs is None else configs, w1, group_size)
     act = select_groups(x, norm_w, w1, router_w, router_b, threshold, work, eps, group_size, mode)
     h = torch.empty(f, device=x.device, dtype=torch.float32)
-    block_n, block_k = min(cfg.block_n, group_size), min(cfg.block_k, next_pow2(c))
     code = w_fp8(w1)
     _gather_kernel[(f // block_n,)](
         x, norm_w, w1.data, w3.data, scale_arg(w1), scale_arg(w3), w1.data if act is None else act,
         work, h, c, w1.data.stride(0), eps, G=group_size, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=c % block_k == 0,
         W_FP8=code, GATE_GIVEN=mode == SparseMode.gate, num_warps=cfg.num_warps,
     )
-    block_c = min(cfg.block_c, next_pow2(c))
-    assert cdiv(c, block_c) <= SPARSE_COLUMN_BLOCKS, f"{cdiv(c, block_c)} column blocks: BLOCK_C too small for C"
     parts = torch.empty((cfg.splits, c), device=x.device, dtype=torch.float32)
     out = torch.empty_like(x)
     _scatter_kernel[(cfg.splits, cdiv(c, block_c))](

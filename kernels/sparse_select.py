@@ -33,6 +33,19 @@ CONFIGS: dict[tuple[int, int, int], GemvConfig] = {
 GATE_DEFAULT = GemvConfig(block_n=32, block_k=256, num_warps=4)
 
 
+def select_tiles(table: dict, w1: Weight, router_w: torch.Tensor, group_size: int,
+                 mode: SparseMode) -> tuple[GemvConfig, int]:
+    """The selection's launch in table and its rows per program: the router's (gemv_config), or in gate mode
+    W1's (else GATE_DEFAULT) in whole groups. What select_groups launches and the persistent step's select tasks
+    take (decode_step_sparse.sparse_tiles)."""
+    if mode == SparseMode.router:
+        cfg = gemv_config(table, router_w)
+        return cfg, cfg.block_n
+    f, c = w1.shape
+    cfg = table.get((f, c, w1.data.element_size()), GATE_DEFAULT)
+    return cfg, max(group_size, cfg.block_n // group_size * group_size)
+
+
 @triton.jit
 def _compact(work_ptr, n_groups, arrivals, BLOCK_ALL: tl.constexpr):
     """The last of the arrivals (programs, or the persistent step's tasks) compacts every one's flags into the
@@ -122,16 +135,15 @@ def select_groups(x, norm_w, w1: Weight, router_w, router_b, threshold, work, ep
     if mode == SparseMode.router:
         check_rows("router_w", router_w, c)
         assert router_w.shape[0] == n and router_b.shape == (n,) and router_b.dtype == torch.float32, "router: (n, C)"
-        cfg = gemv_config(table, router_w)
-        grid = cdiv(n, cfg.block_n)
+        cfg, block_n = select_tiles(table, w1, router_w, group_size, mode)
+        grid = cdiv(n, block_n)
         _router_kernel[(grid,)](
             x, norm_w, router_w, router_b, threshold, work, n, c, eps, **common,
             **launch_args(cfg, Weight(router_w)),
         )
         return None
     check_rows("w1", w1.data, c)
-    cfg = table.get((f, c, w1.data.element_size()), GATE_DEFAULT)
-    block_n = max(group_size, cfg.block_n // group_size * group_size)  # whole groups per program
+    cfg, block_n = select_tiles(table, w1, router_w, group_size, mode)
     act = torch.empty(f, device=x.device, dtype=torch.float32)
     grid = cdiv(f, block_n)
     _gate_kernel[(grid,)](
