@@ -19,7 +19,6 @@ Llama-2-7B bf16 at L = 4096: reads 2 x 32 x 4096 x 128 x 2 B = 64 MiB of K/V per
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -51,9 +50,6 @@ class AttentionConfig:
     # 4,709.4-4,709.8, FP8 E5M2 2,618.8-2,619.6 -> 2,644.4-2,645.0 (letting wo launch only as attention's programs
     # end lost everywhere: 441.6-441.8, 4,622.4-4,622.5, 2,649.1-2,650.2).
     pdl: bool = False
-    # Without pdl: every program lets the next kernel (wo's GEMV, under PDL) launch as it starts, so a wo whose
-    # programs read their rows whole before their wait (GemvConfig.rows_ahead) streams them while attention runs.
-    trigger: bool = False
 
     def split_len(self, smax: int) -> int:
         return max(self.block_s, next_pow2(cdiv(smax, self.n_splits)))
@@ -70,8 +66,7 @@ CONFIGS: dict[tuple[int, int], AttentionConfig] = {(32, 1): AttentionConfig(n_sp
 H200: dict[tuple[int, int], AttentionConfig] = {
     (32, 1): AttentionConfig(n_splits=8, block_s=32, num_warps=2, min_split=32),
 }
-# An H100's: the same, and wo's GEMV launched as its programs start (trigger), for wo's rows read ahead.
-H100: dict[tuple[int, int], AttentionConfig] = {(32, 1): dataclasses.replace(H200[(32, 1)], trigger=True)}
+H100 = H200
 DEFAULT = AttentionConfig(n_splits=8, block_s=32, num_warps=2)
 
 def attention_config(kvh: int, group: int, configs: dict[tuple[int, int], AttentionConfig] | None = None) -> AttentionConfig:
@@ -97,11 +92,9 @@ def _decode_attention_split_kernel(
     BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr, FP32: tl.constexpr,
     BLOCK_SPLITS: tl.constexpr, MERGE_G: tl.constexpr, MERGE_CHUNK: tl.constexpr, MIN_SPLIT: tl.constexpr,
     PDL: tl.constexpr = False,  # AttentionConfig.pdl
-    TRIGGER: tl.constexpr = False,  # AttentionConfig.trigger
 ):
-    if PDL or TRIGGER:
-        gdc_launch_dependents()
     if PDL:
+        gdc_launch_dependents()
         gdc_wait()
     attention_split(
         tl.program_id(0), tl.program_id(1), q_ptr, k_ptr, v_ptr, pos_ptr, part_ptr, lse_ptr, stride_ch, stride_cs,
@@ -198,7 +191,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         BLOCK_SPLITS=next_pow2(n_splits), MERGE_G=merge_g, MERGE_CHUNK=merge_chunk, MIN_SPLIT=cfg.min_split,
         num_warps=cfg.num_warps,
         **({"PDL": True, "launch_pdl": True} if cfg.pdl and pdl_capable(q.device) else {}),
-        **({"TRIGGER": True} if cfg.trigger and pdl_capable(q.device) else {}),
     )
     return out
 

@@ -1,10 +1,10 @@
 """Shared pieces of the batch-1 decode kernels: the row-block GEMV loop and launch settings.
 
-Every decode matmul has M = 1, so it is a GEMV: y[n] = sum_k W[n, k] * x[k] with W in nn.Linear layout (N, K),
-contiguous along K. A program owns BLOCK_N rows and streams them in (BLOCK_N, BLOCK_K) tiles, accumulating in fp32
-registers; tl.dot would waste 15/16 of an MMA tile at M = 1 (its smallest M is 16). The activation x (8 KB at 7B) is
-re-read from L2 by every program, which is how RMSNorm is fused: its statistic sum(x^2) is accumulated in the same
-loop and applied to the finished row sums.
+Every decode matmul has M = 1, so it is a GEMV: y[n] = sum_k W[n, k] * x[k] with W in nn.Linear layout
+(N, K), contiguous along K. A program owns BLOCK_N rows and streams them in (BLOCK_N, BLOCK_K) tiles,
+accumulating in fp32 registers; tl.dot would waste 15/16 of an MMA tile at M = 1 (its smallest M is 16).
+The activation x (8 KB at 7B) is re-read from L2 by every program, which is how RMSNorm is fused: its
+statistic sum(x^2) is accumulated in the same loop and applied to the finished row sums.
 """
 
 from __future__ import annotations
@@ -189,7 +189,6 @@ class GemvConfig:
     # registers, the reference's arithmetic (gemv_floats.py), instead of int8 ones. Tuning offers it where K is
     # small (tuning.sweep.FLOAT_BLOCKS_MAX_K).
     float_blocks: bool = False
-    rows_ahead: bool = False  # linear_residual's float and FP8 weights, block_k >= K: gemv_tiles.rows_ahead
 
 
 def gemv_config(table: dict[tuple, GemvConfig], w: torch.Tensor | Weight, summed: bool = False) -> GemvConfig:
@@ -232,7 +231,6 @@ def launch_args(cfg: GemvConfig, w: Weight, block_n: int | None = None, pdl: boo
         args.update(PDL=on, launch_pdl=on)
     if w.fmt.is_block:  # the dense decode kernels, the only ones block weights reach
         args["FLOAT_BLOCKS"] = cfg.float_blocks
-    args.update({"AHEAD": True} if cfg.rows_ahead else {})
     return args
 
 

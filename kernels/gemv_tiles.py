@@ -1,12 +1,10 @@
 """What a decode GEMV program loads (gemv.dot_rows): weight tiles as stored, slices of the activation (RMSNorm-
-weighted, plus the tensor-parallel ranks' partials), and E4M3 weights' row scales; and rows_ahead, a GEMV whose
-programs read their rows whole before the wait."""
+weighted, plus the tensor-parallel ranks' partials), and E4M3 weights' row scales."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ._common import decode_weights
 
@@ -84,21 +82,3 @@ def row_scaled(out, out2, s_ptr, s2_ptr, rows, row_mask, PAIR: tl.constexpr, W_F
         if PAIR:
             out2 = out2 * tl.load(s2_ptr + rows, mask=row_mask, other=0.0)
     return out, out2
-
-
-@triton.jit
-def rows_ahead(row_ptrs, s_ptr, x_ptr, rows, row_mask, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-               W_FP8: tl.constexpr, PDL: tl.constexpr):
-    """W[rows] @ x where one tile spans K (GemvConfig.rows_ahead): the rows read whole, as stored (an FP8 weight
-    a byte of register), before the PDL wait, so a launch of a few large programs streams all of W while the
-    kernel ahead (attention, which lets it launch as it starts) runs; upcast and multiplied after the wait."""
-    k = tl.arange(0, BLOCK_K)
-    if PDL:
-        gdc_launch_dependents()
-    w = load_tile(row_ptrs, k, K, row_mask, EVEN_K, W_FP8)
-    if PDL:
-        gdc_wait()
-    x = load_vector(x_ptr, k, K, EVEN_K)
-    out = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
-    out, _ = row_scaled(out, out, s_ptr, s_ptr, rows, row_mask, False, W_FP8)
-    return out

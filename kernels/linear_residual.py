@@ -7,6 +7,7 @@ output written in the epilogue, so the add costs no extra launch. At Llama-2-7B 
 
 from __future__ import annotations
 
+import dataclasses
 
 import torch
 import triton
@@ -16,7 +17,6 @@ from llamafast.config import Weight
 
 from ._common import cdiv, check_vector, check_weight, scale_arg
 from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
-from .gemv_tiles import rows_ahead
 from .quantize_activation import gemv_input
 
 # (N, K, bytes per weight) -> launch. H100 (scripts/results/tune_7b*.txt): wo 13.8 us = 2438 GB/s and w2 33.8 us
@@ -44,8 +44,8 @@ H200: dict[tuple, GemvConfig] = {
 }
 # An H100's own launches, chosen by the whole 7B step (kernels.ON_GPU says how).
 H100: dict[tuple, GemvConfig] = {
-    (4096, 4096, 2): GemvConfig(block_n=8, block_k=4096, num_warps=16, rows_ahead=True),
-    (4096, 4096, 1): GemvConfig(block_n=16, block_k=4096, num_warps=16, pdl=True, rows_ahead=True),
+    (4096, 4096, 2): GemvConfig(block_n=4, block_k=1024, num_warps=2),
+    (4096, 4096, 1): dataclasses.replace(CONFIGS[(4096, 4096, 1)], pdl=True),
     (4096, 11008, 1): GemvConfig(block_n=2, block_k=1024, num_warps=4, pdl=True),
     (4096, 4096, "q8_0"): GemvConfig(block_n=8, block_k=2048, num_warps=8, own_int8=True),
     (4096, 11008, "q8_0"): GemvConfig(block_n=8, block_k=2048, num_warps=8, own_int8=True),
@@ -59,10 +59,9 @@ def _linear_residual_kernel(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr,
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (gemv.use_pdl)
     FLOAT_BLOCKS: tl.constexpr = False,  # gemv.GemvConfig.float_blocks
-    AHEAD: tl.constexpr = False,  # gemv.GemvConfig.rows_ahead
 ):
     linear_residual_tile(tl.program_id(0), x_ptr, w_ptr, s_ptr, res_ptr, out_ptr, N, K, stride_wn, BLOCK_N, BLOCK_K,
-                         EVEN_K, W_FP8, PDL, FLOAT_BLOCKS=FLOAT_BLOCKS, AHEAD=AHEAD)
+                         EVEN_K, W_FP8, PDL, FLOAT_BLOCKS=FLOAT_BLOCKS)
 
 
 @triton.jit
@@ -70,20 +69,16 @@ def linear_residual_tile(
     tile, x_ptr, w_ptr, s_ptr, res_ptr, out_ptr, N, K, stride_wn,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, W_FP8: tl.constexpr, PDL: tl.constexpr = False,
     wait_ptr=None, wait_target=0, watchdog_ptr=None, WAIT: tl.constexpr = False,  # decode_step.py
-    PREFETCH: tl.constexpr = 0, FLOAT_BLOCKS: tl.constexpr = False, AHEAD: tl.constexpr = False,
+    PREFETCH: tl.constexpr = 0, FLOAT_BLOCKS: tl.constexpr = False,
 ):
     """Output rows tile * BLOCK_N ... ."""
     rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = rows < N
-    if AHEAD:
-        acc = rows_ahead(w_ptr + rows[:, None].to(tl.int64) * stride_wn, s_ptr, x_ptr, rows, mask, K, BLOCK_K, EVEN_K,
-                         W_FP8, PDL)
-    else:
-        acc, _, _ = dot_rows(
-            w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, x_ptr, rows, mask, K, stride_wn, BLOCK_N, BLOCK_K, False, False, EVEN_K,
-            W_FP8, PDL=PDL, wait_ptr=wait_ptr, wait_target=wait_target, watchdog_ptr=watchdog_ptr, WAIT=WAIT,
-            PREFETCH=PREFETCH, FLOAT_BLOCKS=FLOAT_BLOCKS,
-        )
+    acc, _, _ = dot_rows(
+        w_ptr, w_ptr, s_ptr, s_ptr, x_ptr, x_ptr, rows, mask, K, stride_wn, BLOCK_N, BLOCK_K, False, False, EVEN_K, W_FP8,
+        PDL=PDL, wait_ptr=wait_ptr, wait_target=wait_target, watchdog_ptr=watchdog_ptr, WAIT=WAIT,
+        PREFETCH=PREFETCH, FLOAT_BLOCKS=FLOAT_BLOCKS,
+    )
     res = tl.load(res_ptr + rows, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + rows, (res + acc).to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -97,7 +92,6 @@ def linear_residual(x: torch.Tensor, w: Weight, residual: torch.Tensor, configs=
     check_weight("w", w, k)
     out = torch.empty_like(residual)
     cfg = gemv_config(CONFIGS if configs is None else configs, w)
-    assert not cfg.rows_ahead or (cfg.block_k >= k and not w.fmt.is_block), f"rows ahead: one float tile spans K, {cfg}"
     grid = (cdiv(n, cfg.block_n),)
     _linear_residual_kernel[grid](
         gemv_input(x, w, cfg), w.data, scale_arg(w), residual, out, n, k, w.data.stride(0),

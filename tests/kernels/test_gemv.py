@@ -96,25 +96,6 @@ def test_k_quants_in_a_partial_tile(fmt):
     torch.testing.assert_close(got, reference(x, w, res), **tolerance(torch.float32))
 
 
-@pytest.mark.parametrize("fp8", FP8, ids=str)
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n,k", [(40, 96), (64, 256), (33, 200)])
-def test_rows_read_ahead_match_reference(n, k, dtype, fp8):
-    """GemvConfig.rows_ahead: each program's rows read whole (one tile spans K, masked past it where K is not a
-    power of two, and past N), multiplied after; a launch whose tile does not span K is refused."""
-    from llamafast.kernels._common import next_pow2
-    from llamafast.measure.registry import rand, weight
-    from llamafast.reference import linear_residual as reference
-
-    torch.manual_seed(0)
-    w = weight(n, k, dtype, DEVICE, fp8)
-    x, res = rand(1, k, dtype=dtype, device=DEVICE), rand(1, n, dtype=dtype, device=DEVICE)
-    got = linear_residual(x, w, res, configs={gemv_key(w): GemvConfig(16, next_pow2(k), 4, rows_ahead=True)})
-    torch.testing.assert_close(got, reference(x, w, res), **tolerance(dtype))
-    with pytest.raises(AssertionError, match="rows ahead"):
-        linear_residual(x, w, res, configs={gemv_key(w): GemvConfig(16, 32, 4, rows_ahead=True)})
-
-
 # Every committed launch of float, FP8 and block weights, at its own shape, a GPU model's own too (kernels.ON_GPU):
 # (registry kernel, key, launch) where the registry kernel's inputs take the key's (N, K) as (F, C), (C, F) or
 # (V, C); the tensor-parallel shards' shapes are among them.
