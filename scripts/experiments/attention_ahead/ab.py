@@ -1,0 +1,60 @@
+"""Decode attention reading split 0's first block of K and V, and q, before the current length
+(AttentionConfig.ahead, candidate.diff), against the same launch without, on the triton backend's graphed step:
+random weights of SHAPE (bf16, with --fp8 their FP8 E5M2 copy too), greedy steps after a PROMPT-token prompt,
+each way in turn, twice, in one process; each way's first 32 greedy tokens beside the other's.
+
+    git apply scripts/experiments/attention_ahead/candidate.diff
+    PYTHONPATH=. python scripts/experiments/attention_ahead/ab.py llama-2-7b --fp8 [--prompt 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import pathlib
+
+from llamafast.backends import with_backend
+from llamafast.config import Backend
+from llamafast.generate import Engine
+from llamafast.kernels.decode_attention import attention_config
+
+_spec = importlib.util.spec_from_file_location("op_cost", pathlib.Path(__file__).parents[1] / "op_cost/op_cost.py")
+op_cost = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(op_cost)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    op_cost.shape_args(p)
+    p.add_argument("--prompt", type=int, default=16)
+    a = p.parse_args()
+    device, models, prompt = op_cost.started(a)
+    for lm in models:
+        c = lm.model.config
+        key, table = (c.n_kv_heads, c.n_heads // c.n_kv_heads), lm.model.backend.launches["decode_attention"]
+        launch = attention_config(*key, table)
+        ways = {"as tuned": launch, "ahead": dataclasses.replace(launch, ahead=True)}
+        print(f"{lm.weights}: attention {launch}", flush=True)
+        engines = {w: Engine(with_backend(lm.model, Backend.triton), op_cost.GREEDY, a.prompt + op_cost.STEPS + 8)
+                   for w in ways}
+        tokens = {}
+        for w, engine in engines.items():
+            table[key] = ways[w]
+            engine.prefill(prompt)
+            tokens[w] = []
+            for _ in range(32):
+                engine.decode()
+                tokens[w].append(int(engine.token))
+        for rep in (1, 2):
+            for w, engine in engines.items():
+                table[key] = ways[w]
+                us = op_cost.step_us(engine, prompt, device)
+                same = sum(x == y for x, y in zip(tokens[w], tokens["as tuned"]))
+                print(f"{lm.weights:9} run {rep}: {w:9} {us:8.1f} µs a step, {1e6 / us:7.1f} tok/s; greedy tokens "
+                      f"{same}/32 as tuned", flush=True)
+        table[key] = launch
+
+
+if __name__ == "__main__":
+    main()
