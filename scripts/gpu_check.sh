@@ -26,8 +26,8 @@ commit=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 
 t0=$SECONDS
 workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4 --dist loadfile")
-# shellcheck disable=SC2086
 # --durations: which tests spend the check's minutes (their compiles among them), for the next call's plan.
+# shellcheck disable=SC2086
 python3 -m pytest -q -m gpu -p no:cacheprovider $workers -rfE --durations=25 tests > "$out/tests.txt" 2>&1
 tests_rc=$?
 tests_s=$((SECONDS - t0))
