@@ -9,7 +9,6 @@ each way in turn, twice, in one process; each way's first 32 greedy tokens besid
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import pathlib
@@ -25,11 +24,7 @@ _spec.loader.exec_module(op_cost)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    op_cost.shape_args(p)
-    p.add_argument("--prompt", type=int, default=16)
-    a = p.parse_args()
-    device, models, prompt = op_cost.started(a)
+    a, device, models, prompt = op_cost.ab_started()
     for lm in models:
         c = lm.model.config
         key, table = (c.n_kv_heads, c.n_heads // c.n_kv_heads), lm.model.backend.launches["decode_attention"]
@@ -41,11 +36,7 @@ def main() -> None:
         tokens = {}
         for w, engine in engines.items():
             table[key] = ways[w]
-            engine.prefill(prompt)
-            tokens[w] = []
-            for _ in range(32):
-                engine.decode()
-                tokens[w].append(int(engine.token))
+            tokens[w] = op_cost.greedy_tokens(engine, prompt)
         for rep in (1, 2):
             for w, engine in engines.items():
                 table[key] = ways[w]

@@ -104,6 +104,28 @@ def ready_models(a: argparse.Namespace, device) -> list:
     return models
 
 
+def ab_started(*flags: str) -> tuple:
+    """An A/B script's start: SHAPE, --fp8, --fp8-only, --prompt (default 16) and the script's own on/off flags
+    parsed, then started: (args, device, models, prompt)."""
+    p = argparse.ArgumentParser()
+    shape_args(p)
+    p.add_argument("--prompt", type=int, default=16)
+    for flag in flags:
+        p.add_argument(flag, action="store_true")
+    a = p.parse_args()
+    return (a, *started(a))
+
+
+def greedy_tokens(engine: Engine, prompt: list[int], n: int = 32) -> list[int]:
+    """The first n tokens the engine picks after the prompt (as its launches are now: the first decode captures)."""
+    engine.prefill(prompt)
+    tokens = []
+    for _ in range(n):
+        engine.decode()
+        tokens.append(int(engine.token))
+    return tokens
+
+
 def started(a: argparse.Namespace) -> tuple:
     """ready_models on the GPU and a random prompt of a.prompt tokens, the run's header printed: (device, models,
     prompt)."""

@@ -9,7 +9,6 @@ prompt, each way in turn, twice, in one process; every way's first 32 greedy tok
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import pathlib
@@ -42,12 +41,7 @@ TRIGGER_ONLY = {"before": (None, {"trigger": False}), "table": (None, {})}  # bl
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    op_cost.shape_args(p)
-    p.add_argument("--prompt", type=int, default=16)
-    p.add_argument("--q4_0", action="store_true", help="also a Q4_0 copy, whose attention triggers too")
-    a = p.parse_args()
-    device, models, prompt = op_cost.started(a)
+    a, device, models, prompt = op_cost.ab_started("--q4_0")  # a Q4_0 copy too, whose attention triggers
     if a.q4_0:
         models.append(block_copy(models[0], WeightFormat.q4_0))
         ready_built(models[-1])
@@ -70,11 +64,7 @@ def main() -> None:
         tokens = {}
         for w, engine in engines.items():
             use(w)
-            engine.prefill(prompt)
-            tokens[w] = []
-            for _ in range(32):
-                engine.decode()
-                tokens[w].append(int(engine.token))
+            tokens[w] = op_cost.greedy_tokens(engine, prompt)
         for rep in (1, 2):
             for w, engine in engines.items():
                 use(w)
