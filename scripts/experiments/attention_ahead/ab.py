@@ -1,5 +1,6 @@
 """Decode attention reading split 0's first block of K and V, and q, before the current length
-(AttentionConfig.ahead, candidate.diff), against the same launch without, on the triton backend's graphed step:
+(AttentionConfig.ahead, candidate.diff), summing its products in registers instead of tl.dot's MMA
+(AttentionConfig.registers), and both, against the same launch without, on the triton backend's graphed step:
 random weights of SHAPE (bf16, with --fp8 their FP8 E5M2 copy too), greedy steps after a PROMPT-token prompt,
 each way in turn, twice, in one process; each way's first 32 greedy tokens beside the other's.
 
@@ -29,7 +30,9 @@ def main() -> None:
         c = lm.model.config
         key, table = (c.n_kv_heads, c.n_heads // c.n_kv_heads), lm.model.backend.launches["decode_attention"]
         launch = attention_config(*key, table)
-        ways = {"as tuned": launch, "ahead": dataclasses.replace(launch, ahead=True)}
+        ways = {"as tuned": launch, "ahead": dataclasses.replace(launch, ahead=True),
+                "registers": dataclasses.replace(launch, registers=True),
+                "ahead+registers": dataclasses.replace(launch, ahead=True, registers=True)}
         print(f"{lm.weights}: attention {launch}", flush=True)
         engines = {w: Engine(with_backend(lm.model, Backend.triton), op_cost.GREEDY, a.prompt + op_cost.STEPS + 8)
                    for w in ways}
@@ -42,7 +45,7 @@ def main() -> None:
                 table[key] = ways[w]
                 us = op_cost.step_us(engine, prompt, device)
                 same = sum(x == y for x, y in zip(tokens[w], tokens["as tuned"]))
-                print(f"{lm.weights:9} run {rep}: {w:9} {us:8.1f} µs a step, {1e6 / us:7.1f} tok/s; greedy tokens "
+                print(f"{lm.weights:9} run {rep}: {w:15} {us:8.1f} µs a step, {1e6 / us:7.1f} tok/s; greedy tokens "
                       f"{same}/32 as tuned", flush=True)
         table[key] = launch
 
