@@ -104,7 +104,6 @@ def tolerance(dtype: torch.dtype) -> dict:
     return {"atol": atol, "rtol": rtol}
 
 
-
 def simulated_peers(world: int, slots: int, c: int, vocab: int = 0) -> list:
     """Every tensor-parallel "rank" in this process (kernels/tp_sync.Peers): each its own parts, flags, counters and
     vocabulary-sharded logits (NaN until pushed; none without a vocabulary), the pointer tables holding all of
