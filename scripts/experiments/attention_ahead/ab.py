@@ -14,9 +14,6 @@ import dataclasses
 import importlib.util
 import pathlib
 
-from llamafast.backends import with_backend
-from llamafast.config import Backend
-from llamafast.generate import Engine
 from llamafast.kernels.decode_attention import attention_config
 
 _spec = importlib.util.spec_from_file_location("op_cost", pathlib.Path(__file__).parents[1] / "op_cost/op_cost.py")
@@ -34,19 +31,11 @@ def main() -> None:
                 "registers": dataclasses.replace(launch, registers=True),
                 "ahead+registers": dataclasses.replace(launch, ahead=True, registers=True)}
         print(f"{lm.weights}: attention {launch}", flush=True)
-        engines = {w: Engine(with_backend(lm.model, Backend.triton), op_cost.GREEDY, a.prompt + op_cost.STEPS + 8)
-                   for w in ways}
-        tokens = {}
-        for w, engine in engines.items():
-            table[key] = ways[w]
-            tokens[w] = op_cost.greedy_tokens(engine, prompt)
-        for rep in (1, 2):
-            for w, engine in engines.items():
-                table[key] = ways[w]
-                us = op_cost.step_us(engine, prompt, device)
-                same = sum(x == y for x, y in zip(tokens[w], tokens["as tuned"]))
-                print(f"{lm.weights:9} run {rep}: {w:15} {us:8.1f} µs a step, {1e6 / us:7.1f} tok/s; greedy tokens "
-                      f"{same}/32 as tuned", flush=True)
+
+        def use(way):
+            table[key] = ways[way]
+
+        op_cost.alternate(lm, list(ways), use, a.prompt, prompt, device)
         table[key] = launch
 
 

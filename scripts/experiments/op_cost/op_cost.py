@@ -116,6 +116,25 @@ def ab_started(*flags: str) -> tuple:
     return (a, *started(a))
 
 
+def alternate(lm, ways: list[str], use, steps_ahead: int, prompt: list[int], device) -> None:
+    """Times lm's graphed step on the triton backend each way in turn, twice, `use(way)` setting its launches before
+    the way's engine captures or replays; prints each way's µs a step and how many of its first 32 greedy tokens
+    equal the first way's (the baseline)."""
+    engines = {w: Engine(with_backend(lm.model, Backend.triton), GREEDY, steps_ahead + STEPS + 8) for w in ways}
+    tokens = {}
+    for w, engine in engines.items():
+        use(w)
+        tokens[w] = greedy_tokens(engine, prompt)
+    width = max(map(len, ways))
+    for rep in (1, 2):
+        for w, engine in engines.items():
+            use(w)
+            us = step_us(engine, prompt, device)
+            same = sum(x == y for x, y in zip(tokens[w], tokens[ways[0]]))
+            print(f"{lm.weights:9} run {rep}: {w:{width}} {us:8.1f} µs a step, {1e6 / us:7.1f} tok/s; greedy tokens "
+                  f"{same}/32 as {ways[0]}", flush=True)
+
+
 def greedy_tokens(engine: Engine, prompt: list[int], n: int = 32) -> list[int]:
     """The first n tokens the engine picks after the prompt (as its launches are now: the first decode captures)."""
     engine.prefill(prompt)

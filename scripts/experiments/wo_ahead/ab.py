@@ -15,9 +15,7 @@ import pathlib
 
 import torch
 
-from llamafast.backends import with_backend
-from llamafast.config import Backend, WeightFormat
-from llamafast.generate import Engine
+from llamafast.config import WeightFormat
 from llamafast.kernels.gemv import GemvConfig, gemv_key
 from llamafast.load import block_copy
 from llamafast.runtime import ready_built
@@ -59,19 +57,7 @@ def main() -> None:
             if launch is not None:
                 tables["linear_residual"][key] = launch
 
-        engines = {w: Engine(with_backend(lm.model, Backend.triton), op_cost.GREEDY, a.prompt + op_cost.STEPS + 8)
-                   for w in ways}
-        tokens = {}
-        for w, engine in engines.items():
-            use(w)
-            tokens[w] = op_cost.greedy_tokens(engine, prompt)
-        for rep in (1, 2):
-            for w, engine in engines.items():
-                use(w)
-                us = op_cost.step_us(engine, prompt, device)
-                same = sum(x == y for x, y in zip(tokens[w], tokens["before"]))
-                print(f"{lm.weights:9} run {rep}: {w:34} {us:8.1f} µs a step, {1e6 / us:6.1f} tok/s; greedy tokens "
-                      f"{same}/32 as before", flush=True)
+        op_cost.alternate(lm, list(ways), use, a.prompt, prompt, device)
         use("table")
     torch.cuda.synchronize()
 
