@@ -11,6 +11,8 @@ sparse_select.py first leaves the count and the ascending list of active groups 
            one (G, BLOCK_C) tile of W2t (F, C: one contiguous row per neuron, as in LTE's kernel)
            per group, into a partial row; the last of the SPLITS programs of a column block to finish writes
            out = x + the partial rows, in order (a separate reduction kernel cost 1.6 us and a launch per layer).
+Weights: float, FP8, or block formats (gate and up any of them, against int8 activations as gemv_int8 takes them;
+W2t then Q8_0 along C, one fp16 scale per 32 columns of a row: llamafast/sparse/blocks.py).
 The sum is the same on every run (no atomic adds of values). Measured on the way here (H100, 7B, bf16, half the
 groups; scripts/experiments/sparse/): one fused kernel per group (gate, up and down in each program, fp32 atomic adds)
 reached 62% of the copy bandwidth and 34% with FP8 weights; a scatter with one program per 32 listed neurons
@@ -28,8 +30,8 @@ import triton.language as tl
 
 from llamafast.config import SPARSE_COLUMN_BLOCKS, SparseMode, Weight, WeightFormat
 
-from ._common import cdiv, check_rows, check_vector, decode_weights, next_pow2, scale_arg, w_fp8
-from .gemv import dot_rows
+from ._common import cdiv, check_vector, check_weight, decode_weights, next_pow2, scale_arg, w_fp8
+from .gemv import dot_rows, gemv_key
 from .sparse_select import select_groups
 
 
@@ -58,7 +60,7 @@ def ffn_tiles(table: dict, w1: Weight, group_size: int) -> tuple[SparseConfig, t
     scatter's column block: what sparse_ffn launches and the persistent step's tasks take
     (decode_step_sparse.sparse_tiles)."""
     f, c = w1.shape
-    cfg = table.get((f, c, w1.data.element_size()), DEFAULT)
+    cfg = table.get(gemv_key(w1), DEFAULT)
     block_c = min(cfg.block_c, next_pow2(c))
     assert cdiv(c, block_c) <= SPARSE_COLUMN_BLOCKS, f"{cdiv(c, block_c)} column blocks: BLOCK_C too small for C"
     return cfg, (min(cfg.block_n, group_size), min(cfg.block_k, next_pow2(c))), block_c
@@ -113,7 +115,12 @@ def scatter_tile(k, b, h_ptr, w2t_ptr, s2_ptr, x_ptr, work_ptr, part_ptr, out_pt
             w = tl.load(ptrs, eviction_policy="evict_first")
         else:
             w = tl.load(ptrs, mask=(c < C)[None, :], other=0, eviction_policy="evict_first")
-        acc += decode_weights(w, W_FP8).to(tl.float32) * tl.load(h_ptr + slot * G + i)[:, None]
+        if W_FP8 == 3:  # Q8_0 rows along C: one fp16 scale per 32 columns, applied before the sum over i
+            scales = s2_ptr + (group * G + i)[:, None].to(tl.int64) * (C // 32) + (c // 32)[None, :]
+            w = w.to(tl.float32) * tl.load(scales, mask=(c < C)[None, :], other=0.0).to(tl.float32)
+        else:
+            w = decode_weights(w, W_FP8).to(tl.float32)
+        acc += w * tl.load(h_ptr + slot * G + i)[:, None]
         group = following
     part = tl.sum(acc, axis=0)
     if W_FP8 == 2:  # E4M3: W2t's scales are per output column
@@ -162,25 +169,27 @@ def sparse_ffn(x, norm_w, w1: Weight, w3: Weight, w2t: Weight, router_w, router_
     check_group_size(group_size, f)
     check_vector("x", x, c)
     for name, w in (("w1", w1), ("w3", w3), ("w2t", w2t)):
-        check_rows(name, w.data, c)
-        assert w.shape == (f, c) and w.data.dtype == w1.data.dtype and w.fmt == w1.fmt, f"{name}: ({f}, {c}) like w1"
-    e4m3, w2t_scale = w1.fmt == WeightFormat.fp8_e4m3, w2t.scale
-    assert (w2t_scale is not None) == e4m3, "E4M3 W2t: (C,) column scales"
-    assert w2t_scale is None or (w2t_scale.shape == (c,) and w2t_scale.dtype == torch.float32), "W2t scales: (C,)"
+        check_weight(name, w, c)
+        assert w.shape == (f, c), f"{name}: ({f}, {c}) like w1"
+    assert w3.fmt == w1.fmt and w3.data.dtype == w1.data.dtype, "w1 and w3: the same weight format"
+    assert w2t.fmt == (WeightFormat.q8_0 if w1.fmt.is_block else w1.fmt), "W2t: w1's format, or Q8_0 for blocks"
+    w2t_scale = w2t.scale
+    if w2t.fmt == WeightFormat.fp8_e4m3:
+        assert w2t_scale.shape == (c,) and w2t_scale.dtype == torch.float32, "E4M3 W2t: (C,) column scales"
     cfg, (block_n, block_k), block_c = ffn_tiles(CONFIGS if configs is None else configs, w1, group_size)
     act = select_groups(x, norm_w, w1, router_w, router_b, threshold, work, eps, group_size, mode)
     h = torch.empty(f, device=x.device, dtype=torch.float32)
-    code = w_fp8(w1)
     _gather_kernel[(f // block_n,)](
         x, norm_w, w1.data, w3.data, scale_arg(w1), scale_arg(w3), w1.data if act is None else act,
         work, h, c, w1.data.stride(0), eps, G=group_size, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=c % block_k == 0,
-        W_FP8=code, GATE_GIVEN=mode == SparseMode.gate, num_warps=cfg.num_warps,
+        W_FP8=w_fp8(w1), GATE_GIVEN=mode == SparseMode.gate, num_warps=cfg.num_warps,
     )
     parts = torch.empty((cfg.splits, c), device=x.device, dtype=torch.float32)
     out = torch.empty_like(x)
     _scatter_kernel[(cfg.splits, cdiv(c, block_c))](
         h, w2t.data, scale_arg(w2t), x, work, parts, out, c, w2t.data.stride(0), f // group_size,
-        G=group_size, SPLITS=cfg.splits, BLOCK_C=block_c, EVEN_C=c % block_c == 0, W_FP8=code,
+        G=group_size, SPLITS=cfg.splits, BLOCK_C=block_c, EVEN_C=c % block_c == 0,
+        W_FP8=w_fp8(w2t) if w2t.fmt.is_block else w_fp8(w1),  # (E4M3's W2t scales are per column, w1's per row)
         num_warps=cfg.scatter_warps,
     )
     return out

@@ -20,8 +20,8 @@ import triton.language as tl
 
 from llamafast.config import SparseMode, Weight, sparse_work_size
 
-from ._common import cdiv, check_rows, check_vector, next_pow2, scale_arg
-from .gemv import GemvConfig, dot_rows, gemv_config, launch_args
+from ._common import cdiv, check_rows, check_vector, check_weight, next_pow2, scale_arg
+from .gemv import GemvConfig, dot_rows, gemv_config, gemv_key, launch_args
 
 # (rows, C, bytes per weight) -> launch: the router (n groups x C) and, in gate mode, W1 (F x C; the program's
 # rows are whole groups). H100, 7B (scripts/results/sparse/tune_7b.json): the router's selection 6.3 us alone (its
@@ -42,7 +42,7 @@ def select_tiles(table: dict, w1: Weight, router_w: torch.Tensor, group_size: in
         cfg = gemv_config(table, router_w)
         return cfg, cfg.block_n
     f, c = w1.shape
-    cfg = table.get((f, c, w1.data.element_size()), GATE_DEFAULT)
+    cfg = table.get(gemv_key(w1), GATE_DEFAULT)
     return cfg, max(group_size, cfg.block_n // group_size * group_size)
 
 
@@ -142,13 +142,13 @@ def select_groups(x, norm_w, w1: Weight, router_w, router_b, threshold, work, ep
             **launch_args(cfg, Weight(router_w)),
         )
         return None
-    check_rows("w1", w1.data, c)
+    check_weight("w1", w1, c)
     cfg, block_n = select_tiles(table, w1, router_w, group_size, mode)
     act = torch.empty(f, device=x.device, dtype=torch.float32)
     grid = cdiv(f, block_n)
     _gate_kernel[(grid,)](
         x, norm_w, w1.data, scale_arg(w1), threshold, work, act,
         f, c, w1.data.stride(0), eps, G=group_size, **common,
-        **launch_args(cfg, w1, block_n),
+        **{k: v for k, v in launch_args(cfg, w1, block_n).items() if k != "FLOAT_BLOCKS"},  # int8 x for blocks
     )
     return act

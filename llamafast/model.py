@@ -324,9 +324,11 @@ def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backe
     checked against the tensors, never guessed from them."""
     formats = dict(formats or {})
     blocks = sorted({f.value for f in (weights, head, *formats.values()) if f.is_block})
-    if blocks and (layout is not None or shard is not None):
-        what = "the sparse FFN" if layout is not None else "tensor parallel"
-        raise LlamafastError(f"{what} runs float and FP8 weights, not {blocks[0]} blocks; dequantize the model first")
+    if blocks and shard is not None:
+        raise LlamafastError(f"tensor parallel runs float and FP8 weights, not {blocks[0]} blocks; dequantize the "
+                             "model first")
+    if blocks and layout is not None and backend.layers is not None:
+        raise persistent_refusal(f"its sparse FFN holds {blocks[0]} blocks (the per-op kernels run them)")
     with torch.device("meta"):
         model = Transformer(config, backend, layout, shard)
         for i, layer in enumerate(model.layers):

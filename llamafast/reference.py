@@ -123,32 +123,34 @@ def linear_residual_t(x, w2t: Weight, residual):
 
 
 def dense_t(w2t: Weight, dtype: torch.dtype) -> torch.Tensor:
-    """A transposed weight's values (F, C); its E4M3 scales are per column."""
+    """A transposed weight's values (F, C): its E4M3 scales are per column, its Q8_0 blocks run along C."""
+    if w2t.fmt.is_block:
+        return dense(w2t, dtype)
     return dequantize(w2t.data.t(), w2t.scale, dtype, w2t.fmt).t()
 
 
-def select_groups(h, w1: Weight, router_w, router_b, threshold, group_size, mode):
-    """(active groups (S, n) bool, SiLU(gate) (S, F) or None) for the normed input h (S, C) in the model dtype.
-    router: sigmoid(h @ router_w.T + router_b) > threshold. gate: sum over the group of |SiLU(h @ w1.T)| >
-    threshold (the gate is then already computed)."""
+def select_groups(h, gate, router_w, router_b, threshold, group_size, mode):
+    """(active groups (S, n) bool, SiLU(gate) (S, F) or None) for the normed input h (S, C) in the model dtype
+    and its gate products h @ w1.T. router: sigmoid(h @ router_w.T + router_b) > threshold. gate: sum over the
+    group of |SiLU(gate)| > threshold."""
     if mode == SparseMode.router:
         scores = torch.sigmoid((h @ router_w.T).float() + router_b)
         return scores > threshold, None
-    act = F.silu(h @ dense(w1, h.dtype).T)
+    act = F.silu(gate)
     mass = act.float().abs().unflatten(-1, (-1, group_size)).sum(-1)
     return mass > threshold, act
 
 
 def sparse_ffn(x, norm_w, w1: Weight, w3: Weight, w2t: Weight, router_w, router_b, threshold, work, eps, group_size,
                mode):
-    """x + the FFN of norm(x) over the active groups only: x (S, C) -> (S, C), summed in fp32."""
+    """x + the FFN of norm(x) over the active groups only: x (S, C) -> (S, C), summed in fp32. Gate and up are
+    normed_products' (int8 activations where the weights take them); the down projection multiplies float h."""
     dtype = x.dtype
     h = rmsnorm(x, norm_w, eps)
-    active, act = select_groups(h, w1, router_w, router_b, threshold, group_size, mode)
-    if act is None:
-        act = F.silu(h @ dense(w1, dtype).T)
+    gate, up = normed_products(x, norm_w, eps, w1, w3)
+    active, _ = select_groups(h, gate, router_w, router_b, threshold, group_size, mode)
     keep = active.repeat_interleave(group_size, dim=-1)
-    f = act * (h @ dense(w3, dtype).T) * keep
+    f = F.silu(gate) * up * keep
     _count(work, active)
     return (x.float() + (f @ dense_t(w2t, dtype)).float()).to(x.dtype)
 

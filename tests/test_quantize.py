@@ -181,6 +181,26 @@ def test_what_runs_no_blocks_refuses_a_block_checkpoint(source, tmp_path):
         load_model(tmp_path / "q", device=CPU, fp8=FP8Format.e5m2)
 
 
+def test_sparsify_keeps_a_block_checkpoint_s_blocks(source, tmp_path):
+    """A llamafast block checkpoint sparsified: its layers stay Q4_0 (its head Q8_0), w2t becomes Q8_0, and info
+    counts each as stored."""
+    from llamafast.tools.sparsify import sparsify
+
+    quantize_checkpoint(source, tmp_path / "q", WeightFormat.q4_0, device=CPU)
+    text = "Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 20
+    sparsify(tmp_path / "q", tmp_path / "s", text, "t.txt", 0.5, group_size=4, device=CPU)
+    lm = load_model(tmp_path / "s", device=CPU)
+    ff = lm.model.layers[1].feed_forward
+    assert (ff.w1.fmt, ff.w2t.fmt, lm.model.output.fmt) == (WeightFormat.q4_0, WeightFormat.q8_0, WeightFormat.q8_0)
+    info = describe_checkpoint(tmp_path / "s")
+    assert info["formats"]["ffn"] == "q4_0+q8_0+float32" and info["formats"]["attention"] == "q4_0"
+    c, n = SMALL, SMALL.hidden_dim // 4
+    layer = (c.qkv_dim * c.dim + c.dim * c.dim + 2 * c.hidden_dim * c.dim) // 32 * 18 + c.hidden_dim * c.dim // 32 * 34
+    router = (n * c.dim + n + 2 * 20) * 4  # fp32 routers and tables: the source's dtype
+    blocks = c.n_layers * (layer + router) + c.vocab_size * c.dim // 32 * 34
+    assert info["weight_bytes_per_token"] == blocks + (2 * c.n_layers + 1) * c.dim * 4 + c.dim * 4
+
+
 def test_block_scales_must_be_fp16(source, tmp_path):
     """validate checks a block checkpoint's dtypes: fp32 scales are refused by name, not misread."""
     from safetensors import safe_open

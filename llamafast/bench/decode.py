@@ -124,7 +124,7 @@ def _run(engine: Engine, prompt: list[int], n: int) -> None:
 
 def _skipped_bytes(model, skipped: float) -> int:
     """Weight bytes a decode step did not read: the skipped share of the FFN rows that the mode can skip (W1, W3
-    and W2t in router mode; W3 and W2t in gate mode, which also never reads the router)."""
+    and W2t in router mode; W3 and W2t in gate mode, which also never reads the router), block scales included."""
     if model.sparse is None:
         return 0
     router = model.sparse.mode.value == "router"
@@ -132,7 +132,7 @@ def _skipped_bytes(model, skipped: float) -> int:
     for layer in model.layers:
         ff = layer.feed_forward
         parts = [ff.w3, ff.w2t] + ([ff.w1] if router else [])
-        total += skipped * sum(p.weight.nbytes for p in parts)
+        total += skipped * sum(p.weight.nbytes + (p.scale.nbytes if p.fmt.is_block else 0) for p in parts)
         if not router:
             total += ff.router.weight.nbytes + ff.router_bias.nbytes
         total += ff.thresholds.nbytes  # read on the host when the sparsity is set, not per token
@@ -141,17 +141,23 @@ def _skipped_bytes(model, skipped: float) -> int:
 
 def sparse_pair(lm: LoadedModel, group_size: int) -> tuple[LoadedModel, LoadedModel]:
     """(dense, sparse) twins sharing every weight they can: a dense model gets exact-sparsity routers and a
-    transposed copy of w2 (llamafast.sparse.exact_sparse_state); a sparsified one a dense copy of w2t."""
+    transposed copy of w2 (llamafast.sparse.exact_sparse_state; Q8_0 for block weights); a sparsified one a dense
+    copy of w2t (dense_state)."""
     from llamafast.backends import build
     from llamafast.sparse import dense_state, exact_sparse_state
+    from llamafast.sparse.blocks import sparse_formats
 
     model, t0 = lm.model, time.perf_counter()
     if model.layout is None:
         layout = SparseLayout(group_size)
-        state = exact_sparse_state(model.config, model.state_dict(), layout, model.weight_formats[0])
-        twin = build(model.config, state, lm.backend, *model.weight_formats, layout)
+        formats = model.tensor_formats
+        state = exact_sparse_state(model.config, model.state_dict(), layout, formats)
+        twin = build(model.config, state, lm.backend, *model.weight_formats, layout, formats=sparse_formats(formats))
         return lm, LoadedModel(twin, lm.tokenizer, lm.backend, lm.format, lm.source, time.perf_counter() - t0, lm.weights)
-    dense = build(model.config, dense_state(model.state_dict()), lm.backend, *model.weight_formats)
+    formats = model.tensor_formats
+    dense_formats = {n.replace(".w2t.", ".w2."): f for n, f in formats.items() if f.is_block}
+    dense = build(model.config, dense_state(model.state_dict(), formats), lm.backend, *model.weight_formats,
+                  formats=dense_formats)
     return LoadedModel(dense, lm.tokenizer, lm.backend, lm.format, lm.source, lm.load_s, lm.weights), lm
 
 

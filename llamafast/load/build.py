@@ -25,7 +25,7 @@ from llamafast.load.blocks import Mix, block_state, copy_formats, random_block_s
 from llamafast.load.shard import Shard, check_shardable, load_shard, random_shard
 from llamafast.load.weights import (
     block_formats, check_memory, checkpoint_dtype, checkpoint_formats, load_state, quantize_state, random_state,
-    sparse_layout, weights_label,
+    sparse_layout, stored_formats, weights_label,
 )
 
 _DTYPES = {DType.float32: torch.float32, DType.bfloat16: torch.bfloat16, DType.float16: torch.float16}
@@ -126,11 +126,12 @@ def load_model(
         state = load_state(ckpt, device, torch_dtype, progress, fp8)
     formats = (fp8.format, fp8.format) if fp8 else checkpoint_formats(ckpt)
     blocks = {} if fp8 is not None or shard is not None else block_formats(ckpt)  # else read dequantized
+    blocks.update(stored_formats(ckpt))
     model = build(ckpt.config, state, backend, *formats, sparse_layout(ckpt), shard, formats=blocks)
     model.tied = "output.weight" not in opened.checkpoint.tensors
     _sync(device)
     label = weights_label(formats[0], torch_dtype)
-    layers = Counter(f for name, f in blocks.items() if name != "output.weight")
+    layers = Counter(f for name, f in model.tensor_formats.items() if name != "output.weight" and f.is_block)
     if layers:  # the layers' formats, most common first: "q4_1" or "q4_0+q8_0"
         label = "+".join(f.value for f, _ in layers.most_common())
     return LoadedModel(model, tok, backend, ckpt.format, str(ckpt.path), time.perf_counter() - t0, label)
@@ -195,6 +196,9 @@ def block_copy(lm: LoadedModel, fmt: WeightFormat | Mix) -> LoadedModel:
     """The same model with its linear weights quantized to block format fmt from lm's float ones (block ones
     dequantized first: float_items), on their device (lm is kept: bench runs both); the LM head in
     the format blocks.copy_formats gives it; fmt may be a blocks.Mix of formats."""
+    if lm.model.layout is not None:  # its w2t would need blocks along C (llamafast/sparse/blocks.py)
+        raise LlamafastError(f"{lm.source} is sparsified: its {fmt.value} copy is not made; sparsify a {fmt.value} "
+                             "checkpoint instead (sparsify keeps its blocks)")
     t0 = time.perf_counter()
     config = lm.model.config
     state = {k: v for name, t in float_items(lm.model) for k, v in block_state({name: t}, fmt, config).items()}

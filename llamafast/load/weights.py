@@ -57,9 +57,27 @@ def layer_formats(ckpt: Checkpoint) -> dict[str, WeightFormat]:
     """The layers' linear weights (model tensor names) in the formats the model will hold them in: a kept block
     tensor's own, any other the layers' (a GGUF tensor read dequantized is float). The LM head is left out: it runs
     per op."""
-    layers, blocks = checkpoint_formats(ckpt)[0], block_formats(ckpt)
+    layers, blocks = checkpoint_formats(ckpt)[0], {**stored_formats(ckpt), **block_formats(ckpt)}
     names = [n for n in tensor_plan(ckpt) if is_quantized_linear(n) and n != "output.weight"]
     return {n: blocks.get(n, layers) for n in names}
+
+
+def stored_formats(ckpt: Checkpoint) -> dict[str, WeightFormat]:
+    """A llamafast block checkpoint's weights held in a block format other than its layers' (its "formats" record,
+    which llamafast sparsify writes: a GGUF file's Q6_K wv beside Q4_K layers, the sparse FFN's Q8_0 w2t), model
+    tensor name -> format."""
+    record = ckpt.metadata.get("formats") if ckpt.format == "llamafast" else None
+    if record is None:
+        return {}
+    try:
+        formats = {str(name): WeightFormat(value) for name, value in json.loads(record).items()}
+    except (AttributeError, TypeError, ValueError) as e:
+        raise LlamafastError(f"{ckpt.path}: unreadable formats metadata ({e})") from None
+    plain = [n for n, f in formats.items() if not f.is_block or not is_quantized_linear(n)]
+    if plain:
+        raise LlamafastError(f"{ckpt.path}: its formats metadata gives {plain[0]} {formats[plain[0]].value}, which is "
+                             "no block format of a linear weight")
+    return formats
 
 
 def sparse_layout(ckpt: Checkpoint) -> SparseLayout | None:
@@ -97,7 +115,8 @@ def validate(ckpt: Checkpoint) -> None:
         expected.update(scales)
         dtypes.update(dict.fromkeys(scales, torch.float32))  # fp16 scales are a block checkpoint's: stored_dtype
     source = _CONFIG_FILE[ckpt.format]
-    missing = [n for n in expected if n not in ckpt.tensors and (dtypes or not n.startswith("output."))]  # tied
+    missing = [n for n in expected if n not in ckpt.tensors and ("output.weight" in dtypes  # a block head
+                                                                 or not n.startswith("output."))]  # else tied
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise LlamafastError(f"{ckpt.path}: tensor {missing[0]}{more} missing; {source} implies them")
@@ -121,12 +140,21 @@ def _block_layout(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]]) -> dic
     """A block checkpoint's linear weights as stored (quant.quantize_blocks' layout): expected gets each weight's
     data shape and its scales; returns the dtype each of those must have."""
     layers, head = checkpoint_formats(ckpt)
-    if not head.is_block:
+    tied = "output.weight" not in ckpt.tensors
+    if not head.is_block and not tied:
         raise LlamafastError(f"{ckpt.path}: {layers.value} weights with a {head.value} LM head in its metadata; "
                              "a block checkpoint's head is in a block format too")
+    stored = stored_formats(ckpt)
+    for name in [n for n in stored if n.endswith(".attention.wv.weight")]:  # wv apart from wqkv, in its own format
+        wqkv = name.replace(".wv.", ".wqkv.")
+        if wqkv in expected:
+            n, k = expected[wqkv]
+            expected[wqkv], expected[name] = (n - ckpt.config.kv_dim, k), (ckpt.config.kv_dim, k)
     dtypes = {}
     for name, (n, k) in [(n, s) for n, s in expected.items() if is_quantized_linear(n)]:
-        fmt = head if name == "output.weight" else layers
+        if name == "output.weight" and tied:  # the embedding table's float values (sparsify of a tied model)
+            continue
+        fmt = head if name == "output.weight" else stored.get(name, layers)
         expected[name], expected[scale_name(name)] = (n, fmt.stored_cols(k)), fmt.scale_shape(n, k)
         dtypes[name] = block_dtype(fmt)
         dtypes[scale_name(name)] = fmt.scale_dtype
@@ -155,7 +183,8 @@ def tensor_plan(ckpt: Checkpoint) -> dict[str, list[str]]:
             plan[name.replace(".wq.", ".wqkv.")] = [name, wk] if apart else [name, wk, wv]
             if apart:
                 plan[wv] = [wv]
-        elif ".attention.wk." not in name and ".attention.wv." not in name:
+        elif ".attention.wk." not in name and (".attention.wv." not in name or name.replace(".wv.", ".wq.")
+                                                 not in ckpt.tensors):  # a fused wqkv's wv apart: its own
             plan[name] = [name]
     return plan
 

@@ -10,7 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from llamafast import reference
-from llamafast.config import SPARSE_LEVELS
+from llamafast.quant import dequantize
+from llamafast.sparse.blocks import transposed_blocks
+from llamafast.config import SPARSE_LEVELS, WeightFormat
 
 MIN_TOKENS = 512  # fewer calibration tokens than this leave too few samples per group for the quantiles
 KMEANS_ITERS = 8
@@ -128,9 +130,12 @@ def quantile_table(values: torch.Tensor, levels=SPARSE_LEVELS) -> torch.Tensor:
     return torch.stack(out)
 
 
-def permuted(state: dict[str, torch.Tensor], plans: list[LayerPlan], dtype: torch.dtype) -> Callable[[str], torch.Tensor]:
-    """name -> the sparsified tensor, made from the dense model's state when asked (FP8 bit patterns and their
-    scales move with their rows; w2's per-row scales become w2t's per-column ones unchanged)."""
+def permuted(state: dict[str, torch.Tensor], plans: list[LayerPlan], dtype: torch.dtype,
+             formats: dict[str, WeightFormat] | None = None) -> Callable[[str], torch.Tensor]:
+    """name -> the sparsified tensor, made from the dense model's state when asked (FP8 bit patterns and block rows
+    move with their scales; w2's per-row E4M3 scales become w2t's per-column ones unchanged; block w2 becomes Q8_0
+    w2t, blocks.transposed_blocks). formats: the state's block weights' formats (tensor name -> format)."""
+    formats, pending = formats or {}, {}
 
     def produce(name: str) -> torch.Tensor:
         prefix, _, rest = name.partition(".feed_forward.")
@@ -140,6 +145,13 @@ def permuted(state: dict[str, torch.Tensor], plans: list[LayerPlan], dtype: torc
         ff = prefix + ".feed_forward."
         if rest in ("w1.weight", "w3.weight", "w1.scale", "w3.scale"):
             return state[name][plan.perm.to(state[name].device)].contiguous()
+        fmt = formats.get(ff + "w2.weight", WeightFormat.float)
+        if rest.startswith("w2t.") and fmt.is_block:
+            if name not in pending:
+                w2 = dequantize(state[ff + "w2.weight"], state[ff + "w2.scale"], torch.float32, fmt)
+                w2 = w2[:, plan.perm.to(w2.device)]
+                pending[ff + "w2t.weight"], pending[ff + "w2t.scale"] = transposed_blocks(w2)
+            return pending.pop(name)
         if rest == "w2t.weight":
             w2 = state[ff + "w2.weight"]
             return w2[:, plan.perm.to(w2.device)].t().contiguous()

@@ -14,7 +14,7 @@ from llamafast.formats.gguf import with_block_head
 from llamafast.config import ModelConfig, model_config
 from llamafast.load import bundled_model
 from llamafast.tokenizers import open_tokenizer
-from llamafast.load.weights import checkpoint_dtype, checkpoint_formats, sparse_layout, validate
+from llamafast.load.weights import checkpoint_dtype, checkpoint_formats, sparse_layout, stored_formats, validate
 from llamafast.quant import is_quantized_linear
 
 
@@ -37,10 +37,11 @@ class Stored:
 def _stored(ckpt) -> dict[str, Stored]:
     """Per tensor, as the checkpoint stores it: a GGUF file's kept blocks and a block checkpoint's data and scales
     count their bytes (block data and fp16 scales), FP8 bit patterns one byte each, float tensors their dtype's."""
-    layers, head = checkpoint_formats(ckpt)
+    (layers, head), own = checkpoint_formats(ckpt), stored_formats(ckpt)
     out = {}
     for name, ref in ckpt.tensors.items():
-        fmt = ref.fmt if ref.fmt.is_block else head if name.startswith("output.") else layers
+        fmt = ref.fmt if ref.fmt.is_block else head if name.startswith("output.") else own.get(
+            name.removesuffix(".scale") + ".weight" if name.endswith(".scale") else name, layers)
         if ref.fmt.is_block:  # GGUF blocks: the shape counts weights, the file holds blocks
             n, k = ref.shape
             out[name] = Stored(n * k, fmt.file_bytes(n, k), fmt.value)

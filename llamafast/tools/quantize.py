@@ -112,8 +112,8 @@ def _float_source(src: Path, tokenizer: Path | None, fmt: WeightFormat) -> Check
         raise LlamafastError(f"{src} already holds {weight_format(ckpt)} weights; quantize the float checkpoint it "
                              "was converted from")
     if sparse_layout(ckpt) is not None:
-        raise LlamafastError(f"{src} is sparsified, and the sparse FFN runs float and FP8 weights, not blocks; "
-                             "quantize the dense checkpoint it was made from")
+        raise LlamafastError(f"{src} is sparsified; quantize the dense checkpoint it was made from, then sparsify "
+                             "that (sparsify keeps its blocks)")
     check_blockable(ckpt.config, fmt)
     if ckpt.tokenizer is None:
         raise LlamafastError(f"no tokenizer.model or tokenizer.json found beside {src}; pass --tokenizer")

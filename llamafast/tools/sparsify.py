@@ -19,13 +19,14 @@ from pathlib import Path
 
 import torch
 
-from llamafast.config import SPARSE_LEVELS, Backend, SparseLayout, default_group_size
+from llamafast.config import SPARSE_LEVELS, Backend, SparseLayout, WeightFormat, default_group_size
 from llamafast.errors import LlamafastError
-from llamafast.tools.convert import refuse_block_checkpoint, tokenizer_writer
+from llamafast.tools.convert import FORMAT_VERSION, tokenizer_writer
+from llamafast.formats.gguf import with_block_head
 from llamafast.formats.writer import check_destination, save_checkpoint
-from llamafast.formats.gguf import without_blocks
 from llamafast.load import load_model, open_model
-from llamafast.quant import dequantize
+from llamafast.quant import block_dtype, dequantize
+from llamafast.sparse.blocks import W2T_BLOCKS, sparse_formats
 from llamafast.sparse import MIN_TOKENS, calibrate_layer, ffn_inputs, permuted
 from llamafast.load.weights import checkpoint_dtype, keeps_fp32, sparse_layout
 
@@ -52,12 +53,10 @@ def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, g
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_destination(Path(dst), force, [src])
     opened = open_model(src, tokenizer)
-    # The sparse FFN runs float and FP8 weights: a GGUF's blocks are read dequantized, as convert-fp8 reads them.
-    opened = replace(opened, checkpoint=without_blocks(opened.checkpoint))
+    opened = replace(opened, checkpoint=with_block_head(opened.checkpoint))  # a tied GGUF's head: its table's blocks
     ckpt, config = opened.checkpoint, opened.config
     if sparse_layout(ckpt) is not None:
         raise LlamafastError(f"{src} is already sparsified; sparsify its dense source instead")
-    refuse_block_checkpoint(ckpt, "sparsify")  # the sparse FFN runs float and FP8 weights
     group_size = default_group_size(config.hidden_dim) if group_size is None else group_size
     check_group_size(group_size, config.hidden_dim)
     ids = opened.tokenizer.encode(text)[:MAX_TOKENS]
@@ -78,9 +77,9 @@ def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, g
         if progress:
             progress("calibrating", i + 1, config.n_layers)
     layout, dtype = SparseLayout(group_size), checkpoint_dtype(ckpt)
-    state = model.state_dict()
-    specs = _specs(state, model, layout, dtype)
-    produce = permuted(state, plans, dtype)
+    state, formats = model.state_dict(), {n: f for n, f in model.tensor_formats.items() if f.is_block}
+    specs = _specs(state, model, layout, dtype, formats)
+    produce = permuted(state, plans, dtype, formats)
 
     def cast(name: str) -> torch.Tensor:
         t = produce(name)
@@ -90,6 +89,7 @@ def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, g
     record = {"group_size": group_size, "levels": list(SPARSE_LEVELS), "sparsity": sparsity, "modes": ["router", "gate"],
               "calibration": {"file": text_name, "sha256": digest, "tokens": len(ids)}, "seed": seed}
     metadata = {k: v for k, v in ckpt.metadata.items() if k in ("weights", "weights_version", "lm_head")}
+    metadata.update(_block_metadata(model, sparse_formats(formats)))
     metadata.update({"sparse": json.dumps(record), "source": str(Path(src).resolve()), "source_format": ckpt.format})
     write_progress = None if progress is None else lambda d, t: progress("writing", d, t)
     save_checkpoint(dst, config, specs, cast, metadata, tokenizer_writer(ckpt), force, write_progress, [src])
@@ -106,8 +106,10 @@ def check_group_size(group_size: int, hidden: int) -> None:
         raise LlamafastError(f"--group-size {group_size} does not divide the FFN width {hidden}")
 
 
-def _specs(state: dict[str, torch.Tensor], model, layout: SparseLayout, dtype: torch.dtype):
-    """(name, shape, dtype) of every tensor DST holds, in the model's order; a tied LM head is not written."""
+def _specs(state: dict[str, torch.Tensor], model, layout: SparseLayout, dtype: torch.dtype,
+           formats: dict[str, WeightFormat]):
+    """(name, shape, dtype) of every tensor DST holds, in the model's order; a tied LM head is not written. formats:
+    the block weights' (w2's become Q8_0 w2t's, sparse/blocks.py)."""
     tied = model.output.weight.data_ptr() == model.tok_embeddings.weight.data_ptr()
     c, n = model.config, layout.n_groups(model.config.hidden_dim)
     specs = []
@@ -117,7 +119,15 @@ def _specs(state: dict[str, torch.Tensor], model, layout: SparseLayout, dtype: t
         prefix, _, rest = name.partition(".feed_forward.")
         if rest.startswith("w2."):
             w2t = prefix + ".feed_forward.w2t." + rest.removeprefix("w2.")
-            specs.append((w2t, (c.hidden_dim, c.dim) if rest == "w2.weight" else tuple(t.shape), _stored(name, t.dtype, dtype)))
+            fmt = formats.get(prefix + ".feed_forward.w2.weight")
+            if fmt is not None:
+                blocks = W2T_BLOCKS
+                shape = ((c.hidden_dim, blocks.stored_cols(c.dim)) if rest == "w2.weight"
+                         else blocks.scale_shape(c.hidden_dim, c.dim))
+                specs.append((w2t, shape, block_dtype(blocks) if rest == "w2.weight" else blocks.scale_dtype))
+            else:
+                shape = (c.hidden_dim, c.dim) if rest == "w2.weight" else tuple(t.shape)
+                specs.append((w2t, shape, _stored(name, t.dtype, dtype)))
             if rest == "w2.weight":
                 ff = prefix + ".feed_forward."
                 specs += [(ff + "router.weight", (n, c.dim), dtype), (ff + "router_bias", (n,), torch.float32),
@@ -128,6 +138,19 @@ def _specs(state: dict[str, torch.Tensor], model, layout: SparseLayout, dtype: t
 
 
 def _stored(name: str, loaded: torch.dtype, dtype: torch.dtype) -> torch.dtype:
-    """The dtype DST stores a tensor in: FP8 bit patterns and the fp32 tensors as they are, the rest in the
-    checkpoint's own dtype (the model was loaded in fp32 on the CPU)."""
-    return loaded if loaded == torch.int8 or keeps_fp32(name) else dtype
+    """The dtype DST stores a tensor in: FP8 bit patterns, blocks (their integers and scales: quant.block_dtype,
+    WeightFormat.scale_dtype) and the fp32 tensors as they are, the rest in the checkpoint's own dtype (the model
+    was loaded in fp32 on the CPU)."""
+    kept = not loaded.is_floating_point or (name.endswith(".scale") and loaded == torch.float16)
+    return loaded if kept or keeps_fp32(name) else dtype
+
+
+def _block_metadata(model, formats: dict[str, WeightFormat]) -> dict[str, str]:
+    """A llamafast block checkpoint's format records (load/weights.stored_formats reads them): the layers' format
+    (wqkv's), the LM head's, and every block weight held otherwise (a Q4_K_M file's Q6_K wv, the Q8_0 w2t)."""
+    if not formats:
+        return {}
+    layers, head = model.weight_formats
+    others = {n: f.value for n, f in formats.items() if f != layers and n != "output.weight"}
+    return {"weights": layers.value, "weights_version": FORMAT_VERSION, "lm_head": head.value,
+            "formats": json.dumps(others, sort_keys=True)}

@@ -105,10 +105,11 @@ def copy_bundled(tmp: Path) -> Path:
 CALIBRATION = Path(__file__).resolve().parents[1] / "data" / "stories260K_calibration.txt"
 
 
-def sparsified(tmp: Path) -> Path:
+def sparsified(tmp: Path, src: Path | None = None) -> Path:
+    """src (default: the bundled stories260K) sparsified."""
     from llamafast.tools.sparsify import sparsify
 
-    sparsify(bundled_model(), tmp / "sparse", CALIBRATION.read_text(), "calibration", 0.5, group_size=4,
+    sparsify(src or bundled_model(), tmp / "sparse", CALIBRATION.read_text(), "calibration", 0.5, group_size=4,
              device=torch.device("cpu"))
     return tmp / "sparse"
 

@@ -8,7 +8,7 @@ from llamafast.load import bundled_model
 from ..conftest import LLAMA2C
 from .bad_input_case import BENCH, GENERATE, Case, M
 from .bad_input_files import (
-    CALIBRATION, bin_header, blockable, chat, converted, copy_bundled, directory, file, gguf, gguf_nan, hf,
+    bin_header, blockable, chat, converted, copy_bundled, directory, file, gguf, gguf_nan, hf,
     hf_json_tokenizer, hf_tokenizer_config, meta, metaspace_tokenizer, pickle_pth, preset, quantized, sparsified,
     truncate, untied_without_head,
 )
@@ -181,9 +181,9 @@ LOADING: dict[str, list[Case]] = {
              "already holds q4_0 weights; drop --fp8"),
         Case("convert-fp8", "a block checkpoint", lambda t: [str(quantized(t)), str(t / "fp8")],
              "convert the float checkpoint it was quantized from"),
-        Case("sparsify", "a block checkpoint",
-             lambda t: [str(quantized(t)), str(t / "sparse"), "--text", str(CALIBRATION), "--device", "cpu"],
-             "sparsify the float checkpoint it was quantized from"),
+        Case("eval", "--variant q8_0 of a sparsified checkpoint",
+             lambda t: ["--model", str(sparsified(t, blockable(t))), "--variant", "q8_0"],
+             "is sparsified: its q8_0 copy is not made"),
     ],
     "GGUF files and tokenizers": [
         Case(GENERATE, "a GGUF of another architecture", lambda t: M(gguf(t, arch="gpt2")), "architecture 'gpt2'"),

@@ -82,6 +82,21 @@ def test_bench_times_each_copy_beside_the_float_weights(tiny):
     assert per_token[0] > per_token[1] > per_token[2] > per_token[3]  # q4_1's (scale, min) pairs: 2 bytes more a block
 
 
+def test_bench_sparse_times_a_copy_s_sparse_ffn_beside_its_dense_run(tiny):
+    """bench sparse --weights q4_0: the float and Q4_0 weights, each dense and with half its groups skipped, on
+    the triton kernels (the persistent step runs no sparse FFN on blocks: left out of the default); the sparse run
+    reads the skipped rows' blocks and scales less, w2t's Q8_0 (34 bytes a block) for w2's Q4_0 (18) more."""
+    r = runner.invoke(app, ["bench", "sparse", "--random-weights", "--shape", "blocks-tiny", "--device", "cpu",
+                            "--weights", "q4_0", "--sparsity", "0.5", "--group-size", "8", "--new-tokens", "2",
+                            "--prompt-len", "2", "--json"])
+    assert r.exit_code == 0, r.stderr
+    rows = [(row["weights"], row["sparsity"], row["bytes_per_token"]) for row in json.loads(r.stdout)["results"]]
+    assert [row[:2] for row in rows] == [("float32", None), ("float32", 0.5), ("q4_0", None), ("q4_0", 0.5)]
+    c, ffn = TINY, TINY.n_layers * TINY.hidden_dim * TINY.dim // 32
+    router = c.n_layers * (c.hidden_dim // 8) * (c.dim + 1) * 4
+    assert rows[3][2] == rows[2][2] + ffn * (34 - 18) + router - ffn * (2 * 18 + 34) // 2
+
+
 def test_bench_prefill_times_each_copy_beside_the_float_weights(tiny):
     prefill = ["bench", "prefill", "--random-weights", "--shape", "blocks-tiny", "--device", "cpu", "--backend",
                "reference", "--prompt-lens", "3,5", "--reps", "1", "--json"]

@@ -11,7 +11,7 @@ import torch
 
 from llamafast import reference
 from llamafast.backends import build
-from llamafast.config import Backend, SamplingConfig, Weight, WeightFormat
+from llamafast.config import Backend, SamplingConfig, SparseRun, Weight, WeightFormat
 from llamafast.errors import LlamafastError
 from llamafast.formats import open_checkpoint
 from llamafast.kernels.gemv import GemvConfig
@@ -206,15 +206,96 @@ def test_bad_block_tensors_refused(tmp_path, fmt, shape, nbytes, message):
         _block_ref(t, tmp_path / "m.gguf", shape, fmt)
 
 
-def test_sparsify_reads_a_gguf_s_blocks_dequantized(tmp_path):
-    """The sparse FFN runs float weights: sparsify calibrates on the blocks dequantized, and its checkpoint loads."""
+def _rows(t: torch.Tensor) -> list[bytes]:
+    return [bytes(r.contiguous().view(torch.uint8).tolist()) for r in t]
+
+
+def test_sparsify_keeps_a_gguf_s_blocks(tmp_path):
+    """sparsify keeps each block weight's format (a mixed file's too: wv apart in Q8_0, one layer's w2 in Q4_1):
+    w1 and w3 are the file's blocks, rows permuted with their scales; w2t is the file's w2, permuted, in Q8_0 along
+    C (llamafast/sparse/blocks.py); with every group on, the sparse model is the dense one within Q8_0's rounding."""
     from llamafast.tools.sparsify import sparsify
 
-    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_0")
+    kinds = {"layers.0.attention.wv.weight": "Q8_0", "layers.1.attention.wv.weight": "Q8_0",
+             "layers.1.feed_forward.w2.weight": "Q4_1"}
+    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_0", kinds=kinds)
     text = "Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 20
     sparsify(tmp_path / "m.gguf", tmp_path / "out", text, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
+    dense = load_model(tmp_path / "m.gguf", device=torch.device("cpu"), backend=Backend.reference).model
     lm = load_model(tmp_path / "out", device=torch.device("cpu"), backend=Backend.reference)
-    assert lm.model.layout is not None and lm.weights != "q4_0"
+    sparse = lm.model
+    assert sparse.layout is not None and lm.weights == "q4_0+q8_0"  # the layers, most common first
+    formats = sparse.tensor_formats
+    assert formats["layers.1.attention.wv.weight"] == WeightFormat.q8_0
+    for i in range(SMALL.n_layers):
+        ff, ffd = sparse.layers[i].feed_forward, dense.layers[i].feed_forward
+        assert ff.w1.fmt == ff.w3.fmt == WeightFormat.q4_0 and ff.w2t.fmt == WeightFormat.q8_0
+        where = {row: j for j, row in enumerate(_rows(ffd.w1.weight))}
+        perm = torch.tensor([where[row] for row in _rows(ff.w1.weight)])  # the file's rows, each once
+        assert sorted(perm.tolist()) == list(range(SMALL.hidden_dim))
+        assert torch.equal(ff.w3.weight, ffd.w3.weight[perm]) and torch.equal(ff.w1.scale, ffd.w1.scale[perm])
+        w2 = reference.dense(ffd.w2.w, torch.float32)[:, perm].T
+        w2t = reference.dense(ff.w2t.w, torch.float32)
+        step = w2.unflatten(1, (-1, 32)).abs().amax(-1, keepdim=True) / 127  # Q8_0's step, per 32 along C
+        assert ((w2t - w2).unflatten(1, (-1, 32)).abs() <= step * 0.57 + 1e-7).all()  # half a step, and the fp16 scale
+    ids = torch.tensor([1, 403, 407, 261, 378])
+    with torch.no_grad():
+        sparse.set_sparsity(SparseRun(0.0))
+        dense.setup_cache(8), sparse.setup_cache(8)
+        expected = dense(ids, torch.tensor(0))
+        got = sparse(ids, torch.tensor(0))
+    assert expected.std() > 0.5  # logits of unit scale: Q8_0 moves them by hundredths
+    torch.testing.assert_close(got, expected, atol=5e-2, rtol=0)
+    logits = []  # the sparse decode step on the triton kernels (interpreter on the CPU) and on the reference
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    for backend in (Backend.reference, Backend.triton):
+        model = load_model(tmp_path / "out", device=device, backend=backend, dtype="float32").model
+        model.set_sparsity(SparseRun(0.5))
+        model.setup_cache(8)
+        with torch.no_grad():
+            model(ids[:3].to(device), torch.tensor(0, device=device))
+            logits.append(torch.cat([model(ids[i : i + 1].to(device), torch.tensor(i, device=device))
+                                     for i in (3, 4)]).cpu())
+        assert model.sparse_counts()[0] < model.sparse_counts()[1]
+    torch.testing.assert_close(logits[1], logits[0], atol=5e-2, rtol=0)  # int8 activations against float
+
+
+@pytest.mark.parametrize("table,head,tied", [("Q4_1", WeightFormat.q4_1, False), ("F32", WeightFormat.float, True)])
+def test_sparsify_of_a_tied_gguf(tmp_path, table, head, tied):
+    """A tied file's head as the fused backends hold it: the table's blocks as a tensor of its own, or the float
+    table itself, still tied."""
+    from llamafast.tools.sparsify import sparsify
+
+    state = meta_state(SMALL)
+    state.pop("output.weight")
+    write_gguf(tmp_path / "m.gguf", SMALL, state, "Q4_1", kinds={"tok_embeddings.weight": table})
+    text = "Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 20
+    sparsify(tmp_path / "m.gguf", tmp_path / "out", text, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
+    model = load_model(tmp_path / "out", device=torch.device("cpu")).model
+    assert (model.output.fmt, model.tied) == (head, tied)
+    assert ("output.weight" in open_checkpoint(tmp_path / "out").tensors) != tied
+
+
+def test_bench_twins_of_block_weights(tmp_path):
+    """bench sparse's twins of block weights: a dense model's sparse twin (w2t in Q8_0) and a sparsified
+    checkpoint's dense twin (w2 in Q8_0 again) compute the dense logits within Q8_0's rounding."""
+    from llamafast.bench.decode import sparse_pair
+    from llamafast.tools.sparsify import sparsify
+
+    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_1")
+    text = "Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 20
+    sparsify(tmp_path / "m.gguf", tmp_path / "out", text, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
+    tokens = torch.tensor([1, 403, 407, 261])
+    for path in ("m.gguf", "out"):
+        dense, sparse = sparse_pair(load_model(tmp_path / path, device=torch.device("cpu")), 4)
+        assert sparse.model.layers[0].feed_forward.w2t.fmt == WeightFormat.q8_0
+        assert dense.model.layers[0].feed_forward.w2.fmt == (WeightFormat.q4_1 if path == "m.gguf"
+                                                             else WeightFormat.q8_0)
+        out = []
+        for model in (dense.model, sparse.model):
+            model.setup_cache(8)
+            out.append(model(tokens, torch.tensor(0), all_logits=True))
+        torch.testing.assert_close(out[0], out[1], atol=5e-2, rtol=0)
 
 
 @pytest.mark.parametrize("kind", ["Q4_0", "Q8_0"])

@@ -12,9 +12,10 @@ from llamafast.kernels import sparse_ffn
 
 from llamafast import reference
 from llamafast.measure.registry import rand, transposed_fp8, weight
-from llamafast.config import MODEL_CONFIGS, ModelConfig, SparseMode, Weight, sparse_work_size
+from llamafast.config import MODEL_CONFIGS, ModelConfig, SparseMode, Weight, WeightFormat, sparse_work_size
+from llamafast.sparse.blocks import W2T_BLOCKS, transposed_blocks
 
-from .common import DEVICE, FP8, ON_GPU, tolerance
+from .common import BLOCKS, DEVICE, FP8, K_QUANTS, ON_GPU, tolerance
 
 gpu = pytest.mark.gpu
 # (config, group size): odd group counts (C = 96 is no power of two; 200 / 8 = 25 groups, 172 / 4 = 43)
@@ -24,6 +25,15 @@ SHAPES = [
     *[pytest.param(MODEL_CONFIGS[n], 32, id=n, marks=gpu) for n in ("llama-2-7b", "llama-2-13b")],
 ]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# Block weights: gate and up in each format, w2t in Q8_0 along C (llamafast/sparse/blocks.py); C a multiple of 32
+# (96), of 256 for the K-quants (dim 256: 24 groups of 32), 7B's and SmolLM2's shapes on the GPU.
+K256 = ModelConfig(dim=256, n_layers=1, n_heads=4, hidden_dim=768)
+BLOCK_SPARSE = [
+    *[pytest.param(SHAPES[0].values[0], 8, fmt, id=f"odd-25x8-{fmt.value}") for fmt in BLOCKS],
+    *[pytest.param(K256, 32, fmt, id=f"k256-{fmt.value}") for fmt in K_QUANTS],
+    *[pytest.param(MODEL_CONFIGS[n], 32, fmt, id=f"{n}-{fmt.value}", marks=gpu)
+      for n, fmts in (("llama-2-7b", BLOCKS + K_QUANTS), ("smollm2-135m", BLOCKS)) for fmt in fmts],
+]
 
 
 def inputs(c: ModelConfig, g: int, dtype, fp8, mode, threshold):
@@ -31,7 +41,10 @@ def inputs(c: ModelConfig, g: int, dtype, fp8, mode, threshold):
     x, norm_w = rand(1, c.dim, dtype=dtype, device=DEVICE), rand(c.dim, dtype=dtype, device=DEVICE, scale=0.2) + 1
     w1, w3 = (weight(f, c.dim, dtype, DEVICE, fp8) for _ in range(2))
     w2 = rand(c.dim, f, dtype=dtype, device=DEVICE, scale=f**-0.5)
-    w2t = Weight(w2.t().contiguous()) if fp8 is None else transposed_fp8(w2, fp8)
+    if isinstance(fp8, WeightFormat):
+        w2t = Weight(*transposed_blocks(w2.float()), W2T_BLOCKS)
+    else:
+        w2t = Weight(w2.t().contiguous()) if fp8 is None else transposed_fp8(w2, fp8)
     router_w = rand(n, c.dim, dtype=dtype, device=DEVICE, scale=c.dim**-0.5)
     router_b = torch.randn(n, device=DEVICE) * 0.5
     work = torch.zeros(sparse_work_size(n), dtype=torch.int32, device=DEVICE)
@@ -47,8 +60,8 @@ def scores(args, kw):
     h = xf * torch.rsqrt(xf.pow(2).mean() + eps) * norm_w.float()
     if mode == SparseMode.router:
         return torch.sigmoid(h @ router_w.float().T + router_b)[0]
-    w = reference.dense(w1, torch.float32)
-    return torch.nn.functional.silu(h @ w.T)[0].abs().unflatten(0, (-1, g)).sum(-1)
+    (gate,) = reference.normed_products(xf, norm_w, eps, w1)  # int8 activations where w1 takes them
+    return torch.nn.functional.silu(gate)[0].abs().unflatten(0, (-1, g)).sum(-1)
 
 
 def run(args, kw):
@@ -89,6 +102,31 @@ def test_matches_reference(config, g, dtype, fp8, mode):
     assert torch.equal(active[clear], (s > thr)[clear]), "decisions away from the threshold"
     assert 0 < int(active.sum()) < active.numel()
     torch.testing.assert_close(out, with_groups(args, kw, active), **tolerance(dtype))
+
+
+@pytest.mark.parametrize("mode", list(SparseMode), ids=str)
+@pytest.mark.parametrize("config,g,fmt", BLOCK_SPARSE)
+def test_block_weights_match_reference(config, g, fmt, mode):
+    """Gate and up dequantized in registers against int8 activations, w2t's Q8_0 against float h: the reference
+    (int8 activations as the kernels round them) over the groups the kernel chose."""
+    args, kw = inputs(config, g, torch.float16, fmt, mode, 0.0)
+    args[7].fill_(median_threshold(args, kw))
+    out, active = run(args, kw)
+    s, thr = scores(args, kw), float(args[7])
+    clear = (s - thr).abs() > 1e-2 * max(thr, 1e-3)
+    assert torch.equal(active[clear], (s > thr)[clear]), "decisions away from the threshold"
+    assert 0 < int(active.sum()) < active.numel()
+    torch.testing.assert_close(out, with_groups(args, kw, active), **tolerance(torch.float16))
+
+
+@pytest.mark.parametrize("config,g,fmt", BLOCK_SPARSE)
+def test_block_weights_every_group_is_the_dense_ffn(config, g, fmt):
+    args, kw = inputs(config, g, torch.float16, fmt, SparseMode.router, -1.0)
+    out, active = run(args, kw)
+    assert active.all()
+    x, norm_w, w1, w3, w2t, *_ = args
+    dense = reference.linear_residual_t(reference.rmsnorm_swiglu(x, norm_w, w1, w3, args[9]), w2t, x)
+    torch.testing.assert_close(out, dense, **tolerance(torch.float16))
 
 
 @pytest.mark.parametrize("mode", list(SparseMode), ids=str)

@@ -102,7 +102,8 @@ def sparse(
     sparsity: Annotated[str, typer.Option(help="Comma-separated sparsities to time the sparse FFN at (0.3,0.5,0.7): a sparsified checkpoint's routers, or with --random-weights exact-sparsity routers; the dense run is always timed.")],
     sparse_mode: Annotated[Optional[list[SparseMode]], typer.Option(help="router and/or gate (repeatable) [default: router].")] = None,
     group_size: Annotated[int, typer.Option(help="With --random-weights: neurons per group.")] = 32,
-    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to time each sparse run on (repeatable): triton (the per-op graph) or persistent (the one-kernel step) [default: both on a GPU, triton on the CPU].")] = None,
+    backend: Annotated[Optional[list[Backend]], typer.Option(help="Backends to time each sparse run on (repeatable): triton (the per-op graph) or persistent (the one-kernel step) [default: both on a GPU for float and FP8 weights, else triton].")] = None,
+    weights: BlockCopiesOpt = None,
     model: ModelOpt = None,
     tokenizer: TokenizerOpt = None,
     random_weights: RandomWeightsOpt = False,
@@ -126,9 +127,12 @@ def sparse(
         t = target(model, tokenizer, random_weights, shape, device, dtype, config, out)
         n_prompt, n_new = token_counts(t, prompt_len, new_tokens)
         runs = _sparse_runs(t, sparsity, sparse_mode, group_size)
+        blocks = block_copies(weights, t, fmt, None)
         ways = _sparse_backends(backend, t.device)
-        with readied(t, Backend.triton, None, fmt) as (models, startup):
+        with readied(t, Backend.triton, None, fmt, blocks) as (models, startup):
             pairs = [sparse_pair(m, group_size) for m in models]
+            if backend is None and any(f.is_block for m in models for f in m.model.tensor_formats.values()):
+                ways = (Backend.triton,)  # the persistent step runs no sparse FFN on blocks
             report = run_bench([dense for dense, _ in pairs], [Backend.triton], n_prompt, n_new,
                                [twin for _, twin in pairs], runs, sparse_backends=ways)
             _emit(report, startup, json_out, out)
