@@ -8,7 +8,9 @@ whole blocks would keep them and cost too much (SmolLM2's Q4_1 file: KL 0.98 aga
 scripts/experiments/sparse_contiguous_groups.txt). So w2t is quantized again from w2's values, along C, in Q8_0:
 the finest block format, whose rounding (at most half a step of a block's largest value / 127) adds far less than
 a 4-bit file's own, and whose bytes weigh less here than in the dense FFN, since only the chosen groups' rows are
-read.
+read. On SmolLM2's Q4_1 file, the sparsified model run dense (every group, w2t in Q8_0) scores KL 0.0035 against
+the file itself, top-1 agreement 96.7%, where skipping 30% of the groups costs 0.35-0.46
+(scripts/experiments/sparse_blocks/quality_smollm2.txt).
 """
 
 from __future__ import annotations

@@ -206,6 +206,10 @@ def test_bad_block_tensors_refused(tmp_path, fmt, shape, nbytes, message):
         _block_ref(t, tmp_path / "m.gguf", shape, fmt)
 
 
+# sparsify's calibration text for the small files: 1,700 tokens of tok512, enough for every threshold level
+CALIBRATION = "Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 20
+
+
 def _rows(t: torch.Tensor) -> list[bytes]:
     return [bytes(r.contiguous().view(torch.uint8).tolist()) for r in t]
 
@@ -219,8 +223,7 @@ def test_sparsify_keeps_a_gguf_s_blocks(tmp_path):
     kinds = {"layers.0.attention.wv.weight": "Q8_0", "layers.1.attention.wv.weight": "Q8_0",
              "layers.1.feed_forward.w2.weight": "Q4_1"}
     write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_0", kinds=kinds)
-    text = "Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 20
-    sparsify(tmp_path / "m.gguf", tmp_path / "out", text, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
+    sparsify(tmp_path / "m.gguf", tmp_path / "out", CALIBRATION, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
     dense = load_model(tmp_path / "m.gguf", device=torch.device("cpu"), backend=Backend.reference).model
     lm = load_model(tmp_path / "out", device=torch.device("cpu"), backend=Backend.reference)
     sparse = lm.model
@@ -269,8 +272,7 @@ def test_sparsify_of_a_tied_gguf(tmp_path, table, head, tied):
     state = meta_state(SMALL)
     state.pop("output.weight")
     write_gguf(tmp_path / "m.gguf", SMALL, state, "Q4_1", kinds={"tok_embeddings.weight": table})
-    text = "Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 20
-    sparsify(tmp_path / "m.gguf", tmp_path / "out", text, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
+    sparsify(tmp_path / "m.gguf", tmp_path / "out", CALIBRATION, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
     model = load_model(tmp_path / "out", device=torch.device("cpu")).model
     assert (model.output.fmt, model.tied) == (head, tied)
     assert ("output.weight" in open_checkpoint(tmp_path / "out").tensors) != tied
@@ -283,8 +285,7 @@ def test_bench_twins_of_block_weights(tmp_path):
     from llamafast.tools.sparsify import sparsify
 
     write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_1")
-    text = "Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 20
-    sparsify(tmp_path / "m.gguf", tmp_path / "out", text, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
+    sparsify(tmp_path / "m.gguf", tmp_path / "out", CALIBRATION, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
     tokens = torch.tensor([1, 403, 407, 261])
     for path in ("m.gguf", "out"):
         dense, sparse = sparse_pair(load_model(tmp_path / path, device=torch.device("cpu")), 4)
