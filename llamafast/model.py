@@ -360,6 +360,12 @@ def assemble(config: ModelConfig, state: dict[str, torch.Tensor], backend: Backe
             default = head if name == "output" else WeightFormat.float if name.endswith("router") else weights
             linear.fmt = formats.get(name + ".weight", default)
             _check_format(name, linear)
+    if blocks and layout is not None:
+        from llamafast.sparse.blocks import ffn_refusal
+
+        reason = ffn_refusal(model.tensor_formats)
+        if reason is not None:
+            raise LlamafastError(f"the sparse FFN cannot run these weights: {reason}")
     return model.eval().set_int8_activations(backend.int8)
 
 

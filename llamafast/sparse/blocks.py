@@ -41,3 +41,19 @@ def sparse_formats(formats: dict[str, WeightFormat]) -> dict[str, WeightFormat]:
         if fmt.is_block:
             out[name.replace(".feed_forward.w2.", ".feed_forward.w2t.")] = w2t_format(fmt) if ".w2." in name else fmt
     return out
+
+
+def ffn_refusal(formats: dict[str, WeightFormat]) -> str | None:
+    """Why a model's linear weights (tensor name -> format: Transformer.tensor_formats) cannot hold a sparse FFN on
+    blocks, or None: the gather reads a layer's gate and up in one format, the scatter a w2t in w2t_format of it."""
+    for name, fmt in formats.items():
+        if not name.endswith("feed_forward.w1.weight"):
+            continue
+        up = formats[name.replace(".w1.", ".w3.")]
+        down = formats.get(name.replace(".w1.", ".w2t."), formats.get(name.replace(".w1.", ".w2.")))
+        layer = name.removesuffix(".feed_forward.w1.weight")
+        if up != fmt:
+            return f"{layer}'s gate and up are {fmt.value} and {up.value}"
+        if down.is_block != fmt.is_block:
+            return f"{layer}'s gate is {fmt.value} and its down projection {down.value}"
+    return None

@@ -26,7 +26,7 @@ from llamafast.formats.gguf import with_block_head
 from llamafast.formats.writer import check_destination, save_checkpoint
 from llamafast.load import load_model, open_model
 from llamafast.quant import block_dtype, dequantize
-from llamafast.sparse.blocks import W2T_BLOCKS, sparse_formats
+from llamafast.sparse.blocks import W2T_BLOCKS, ffn_refusal, sparse_formats
 from llamafast.sparse import MIN_TOKENS, calibrate_layer, ffn_inputs, permuted
 from llamafast.load.weights import checkpoint_dtype, keeps_fp32, sparse_layout
 
@@ -66,6 +66,7 @@ def sparsify(src: Path, dst: Path, text: str, text_name: str, sparsity: float, g
     lm = load_model(opened, None, device, backend=Backend.reference,
                     progress=None if progress is None else lambda d, t: progress("loading", d, t))
     model, gen = lm.model, torch.Generator().manual_seed(seed)
+    _refuse_mixed(src, model.tensor_formats)
     inputs = ffn_inputs(model, ids, min(512, config.max_seq_len))
     plans = []
     for i, layer in enumerate(model.layers):
@@ -143,6 +144,18 @@ def _stored(name: str, loaded: torch.dtype, dtype: torch.dtype) -> torch.dtype:
     was loaded in fp32 on the CPU)."""
     kept = not loaded.is_floating_point or (name.endswith(".scale") and loaded == torch.float16)
     return loaded if kept or keeps_fp32(name) else dtype
+
+
+def _refuse_mixed(src: Path, formats: dict[str, WeightFormat]) -> None:
+    """Block weights the sparse FFN or a llamafast checkpoint cannot hold: a layer's gate and up in two formats,
+    a float linear weight among blocks (a checkpoint records block formats only; the LM head may be float)."""
+    if not any(f.is_block for f in formats.values()):
+        return
+    floats = [n for n, f in formats.items() if not f.is_block and n != "output.weight"]
+    reason = f"{floats[0]} is {formats[floats[0]].value} among block weights" if floats else ffn_refusal(formats)
+    if reason is not None:
+        raise LlamafastError(f"{src}: sparsify keeps block weights, and {reason}; sparsify a file of block "
+                             "weights only, a layer's gate and up alike (llamafast quantize writes one)")
 
 
 def _block_metadata(model, formats: dict[str, WeightFormat]) -> dict[str, str]:

@@ -278,6 +278,25 @@ def test_sparsify_of_a_tied_gguf(tmp_path, table, head, tied):
     assert ("output.weight" in open_checkpoint(tmp_path / "out").tensors) != tied
 
 
+@pytest.mark.parametrize("kinds,message", [
+    ({"layers.1.feed_forward.w3.weight": "Q8_0"}, "layers.1's gate and up are q4_0 and q8_0"),
+    ({"layers.0.attention.wo.weight": "F32"}, "layers.0.attention.wo.weight is float among block weights"),
+])
+def test_sparsify_refuses_blocks_it_cannot_keep(tmp_path, kinds, message):
+    """In one line, before calibrating: and the sparse twin of such a file is refused as it is built."""
+    from llamafast.bench.decode import sparse_pair
+    from llamafast.tools.sparsify import sparsify
+
+    write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_0", kinds=kinds)
+    with pytest.raises(LlamafastError, match=f"sparsify keeps block weights, and {message}"):
+        sparsify(tmp_path / "m.gguf", tmp_path / "out", CALIBRATION, "t.txt", 0.5, group_size=4,
+                 device=torch.device("cpu"))
+    assert not (tmp_path / "out").exists()
+    if "gate and up" in message:
+        with pytest.raises(LlamafastError, match=f"the sparse FFN cannot run these weights: {message}"):
+            sparse_pair(load_model(tmp_path / "m.gguf", device=torch.device("cpu")), 4)
+
+
 def test_bench_twins_of_block_weights(tmp_path):
     """bench sparse's twins of block weights: a dense model's sparse twin (w2t in Q8_0) and a sparsified
     checkpoint's dense twin (w2 in Q8_0 again) compute the dense logits within Q8_0's rounding."""
