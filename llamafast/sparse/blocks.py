@@ -54,6 +54,7 @@ def ffn_refusal(formats: dict[str, WeightFormat]) -> str | None:
         layer = name.removesuffix(".feed_forward.w1.weight")
         if up != fmt:
             return f"{layer}'s gate and up are {fmt.value} and {up.value}"
-        if down.is_block != fmt.is_block:
+        transposed = name.replace(".w1.", ".w2t.") in formats
+        if down.is_block != fmt.is_block or (transposed and fmt.is_block and down != w2t_format(fmt)):
             return f"{layer}'s gate is {fmt.value} and its down projection {down.value}"
     return None

@@ -297,6 +297,19 @@ def test_sparsify_refuses_blocks_it_cannot_keep(tmp_path, kinds, message):
             sparse_pair(load_model(tmp_path / "m.gguf", device=torch.device("cpu")), 4)
 
 
+def test_ffn_refusal_names_the_layer():
+    from llamafast.sparse.blocks import ffn_refusal
+
+    q4, q8, f = WeightFormat.q4_0, WeightFormat.q8_0, WeightFormat.float
+    ff = "layers.3.feed_forward."
+    assert ffn_refusal({ff + "w1.weight": q4, ff + "w3.weight": q4, ff + "w2t.weight": q8}) is None
+    assert ffn_refusal({ff + "w1.weight": q4, ff + "w3.weight": q4, ff + "w2.weight": WeightFormat.q6_k}) is None
+    assert ffn_refusal({ff + "w1.weight": q4, ff + "w3.weight": q4, ff + "w2t.weight": q4}) == \
+        "layers.3's gate is q4_0 and its down projection q4_0"
+    assert ffn_refusal({ff + "w1.weight": f, ff + "w3.weight": f, ff + "w2.weight": q4}) == \
+        "layers.3's gate is float and its down projection q4_0"
+
+
 def test_bench_twins_of_block_weights(tmp_path):
     """bench sparse's twins of block weights: a dense model's sparse twin (w2t in Q8_0) and a sparsified
     checkpoint's dense twin (w2 in Q8_0 again) compute the dense logits within Q8_0's rounding."""
