@@ -276,7 +276,7 @@ def with_block_head(ckpt: Checkpoint) -> Checkpoint:
 
 def without_blocks(ckpt: Checkpoint) -> Checkpoint:
     """The checkpoint with its block weights read dequantized, as its other quantized tensors are: for what takes
-    float weights only (--fp8 quantizes them, tensor parallel shards them, convert-fp8, sparsify)."""
+    float weights only (--fp8 quantizes them, tensor parallel shards them, convert-fp8, quantize)."""
     if not any(ref.fmt.is_block for ref in ckpt.tensors.values()):
         return ckpt
     tensors = {n: _dequantized(r) if r.fmt.is_block else r for n, r in ckpt.tensors.items()}

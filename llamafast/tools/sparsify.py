@@ -4,8 +4,9 @@ checkpoint with the FFN rows permuted into groups, w2 transposed, and each layer
 The whole model is loaded once (GPU when there is one), the calibration text runs through it on the reference
 ops, each layer is calibrated in turn, and the writer (formats/writer.py) streams the permuted tensors into a
 temporary directory renamed into place at the end. FP8 checkpoints can be sparsified as they are (bit patterns
-are permuted, never requantized); a sparsified checkpoint can be converted by convert-fp8. A GGUF file's blocks
-are read dequantized; a llamafast block checkpoint (llamafast quantize) is refused, naming its float source.
+are permuted, never requantized); a sparsified checkpoint can be converted by convert-fp8. Block weights (a GGUF
+file's, or a llamafast quantize checkpoint's) stay blocks, each in its own format, w2t in Q8_0
+(llamafast/sparse/blocks.py); the checkpoint's metadata records the formats (load/weights.stored_formats).
 """
 
 from __future__ import annotations
