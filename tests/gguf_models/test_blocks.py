@@ -210,6 +210,13 @@ def test_bad_block_tensors_refused(tmp_path, fmt, shape, nbytes, message):
 CALIBRATION = "Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 20
 
 
+def _sparsify(tmp_path):
+    """tmp_path/m.gguf sparsified into tmp_path/out, groups of 4, on the CPU."""
+    from llamafast.tools.sparsify import sparsify
+
+    sparsify(tmp_path / "m.gguf", tmp_path / "out", CALIBRATION, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
+
+
 def _rows(t: torch.Tensor) -> list[bytes]:
     return [bytes(r.contiguous().view(torch.uint8).tolist()) for r in t]
 
@@ -218,12 +225,10 @@ def test_sparsify_keeps_a_gguf_s_blocks(tmp_path):
     """sparsify keeps each block weight's format (a mixed file's too: wv apart in Q8_0, one layer's w2 in Q4_1):
     w1 and w3 are the file's blocks, rows permuted with their scales; w2t is the file's w2, permuted, in Q8_0 along
     C (llamafast/sparse/blocks.py); with every group on, the sparse model is the dense one within Q8_0's rounding."""
-    from llamafast.tools.sparsify import sparsify
-
     kinds = {"layers.0.attention.wv.weight": "Q8_0", "layers.1.attention.wv.weight": "Q8_0",
              "layers.1.feed_forward.w2.weight": "Q4_1"}
     write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_0", kinds=kinds)
-    sparsify(tmp_path / "m.gguf", tmp_path / "out", CALIBRATION, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
+    _sparsify(tmp_path)
     dense = load_model(tmp_path / "m.gguf", device=torch.device("cpu"), backend=Backend.reference).model
     lm = load_model(tmp_path / "out", device=torch.device("cpu"), backend=Backend.reference)
     sparse = lm.model
@@ -267,12 +272,10 @@ def test_sparsify_keeps_a_gguf_s_blocks(tmp_path):
 def test_sparsify_of_a_tied_gguf(tmp_path, table, head, tied):
     """A tied file's head as the fused backends hold it: the table's blocks as a tensor of its own, or the float
     table itself, still tied."""
-    from llamafast.tools.sparsify import sparsify
-
     state = meta_state(SMALL)
     state.pop("output.weight")
     write_gguf(tmp_path / "m.gguf", SMALL, state, "Q4_1", kinds={"tok_embeddings.weight": table})
-    sparsify(tmp_path / "m.gguf", tmp_path / "out", CALIBRATION, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
+    _sparsify(tmp_path)
     model = load_model(tmp_path / "out", device=torch.device("cpu")).model
     assert (model.output.fmt, model.tied) == (head, tied)
     assert ("output.weight" in open_checkpoint(tmp_path / "out").tensors) != tied
@@ -285,12 +288,10 @@ def test_sparsify_of_a_tied_gguf(tmp_path, table, head, tied):
 def test_sparsify_refuses_blocks_it_cannot_keep(tmp_path, kinds, message):
     """In one line, before calibrating: and the sparse twin of such a file is refused as it is built."""
     from llamafast.bench.decode import sparse_pair
-    from llamafast.tools.sparsify import sparsify
 
     write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_0", kinds=kinds)
     with pytest.raises(LlamafastError, match=f"sparsify keeps block weights, and {message}"):
-        sparsify(tmp_path / "m.gguf", tmp_path / "out", CALIBRATION, "t.txt", 0.5, group_size=4,
-                 device=torch.device("cpu"))
+        _sparsify(tmp_path)
     assert not (tmp_path / "out").exists()
     if "gate and up" in message:
         with pytest.raises(LlamafastError, match=f"the sparse FFN cannot run these weights: {message}"):
@@ -314,10 +315,9 @@ def test_bench_twins_of_block_weights(tmp_path):
     """bench sparse's twins of block weights: a dense model's sparse twin (w2t in Q8_0) and a sparsified
     checkpoint's dense twin (w2 in Q8_0 again) compute the dense logits within Q8_0's rounding."""
     from llamafast.bench.decode import sparse_pair
-    from llamafast.tools.sparsify import sparsify
 
     write_gguf(tmp_path / "m.gguf", SMALL, meta_state(SMALL), "Q4_1")
-    sparsify(tmp_path / "m.gguf", tmp_path / "out", CALIBRATION, "t.txt", 0.5, group_size=4, device=torch.device("cpu"))
+    _sparsify(tmp_path)
     tokens = torch.tensor([1, 403, 407, 261])
     for path in ("m.gguf", "out"):
         dense, sparse = sparse_pair(load_model(tmp_path / path, device=torch.device("cpu")), 4)

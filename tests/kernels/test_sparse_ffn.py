@@ -94,6 +94,10 @@ def median_threshold(args, kw):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("config,g", SHAPES)
 def test_matches_reference(config, g, dtype, fp8, mode):
+    check_matches_reference(config, g, dtype, fp8, mode)
+
+
+def check_matches_reference(config, g, dtype, fp8, mode):
     args, kw = inputs(config, g, dtype, fp8, mode, 0.0)
     args[7].fill_(median_threshold(args, kw))  # about half the groups
     out, active = run(args, kw)
@@ -109,24 +113,12 @@ def test_matches_reference(config, g, dtype, fp8, mode):
 def test_block_weights_match_reference(config, g, fmt, mode):
     """Gate and up dequantized in registers against int8 activations, w2t's Q8_0 against float h: the reference
     (int8 activations as the kernels round them) over the groups the kernel chose."""
-    args, kw = inputs(config, g, torch.float16, fmt, mode, 0.0)
-    args[7].fill_(median_threshold(args, kw))
-    out, active = run(args, kw)
-    s, thr = scores(args, kw), float(args[7])
-    clear = (s - thr).abs() > 1e-2 * max(thr, 1e-3)
-    assert torch.equal(active[clear], (s > thr)[clear]), "decisions away from the threshold"
-    assert 0 < int(active.sum()) < active.numel()
-    torch.testing.assert_close(out, with_groups(args, kw, active), **tolerance(torch.float16))
+    check_matches_reference(config, g, torch.float16, fmt, mode)
 
 
 @pytest.mark.parametrize("config,g,fmt", BLOCK_SPARSE)
 def test_block_weights_every_group_is_the_dense_ffn(config, g, fmt):
-    args, kw = inputs(config, g, torch.float16, fmt, SparseMode.router, -1.0)
-    out, active = run(args, kw)
-    assert active.all()
-    x, norm_w, w1, w3, w2t, *_ = args
-    dense = reference.linear_residual_t(reference.rmsnorm_swiglu(x, norm_w, w1, w3, args[9]), w2t, x)
-    torch.testing.assert_close(out, dense, **tolerance(torch.float16))
+    check_every_group_is_the_dense_ffn(config, g, fmt)
 
 
 @pytest.mark.parametrize("mode", list(SparseMode), ids=str)
@@ -141,6 +133,10 @@ def test_no_group_gives_the_residual(config, g, mode):
 @pytest.mark.parametrize("fp8", FP8, ids=str)
 @pytest.mark.parametrize("config,g", SHAPES)
 def test_every_group_is_the_dense_ffn(config, g, fp8):
+    check_every_group_is_the_dense_ffn(config, g, fp8)
+
+
+def check_every_group_is_the_dense_ffn(config, g, fp8):
     dtype = torch.float16
     args, kw = inputs(config, g, dtype, fp8, SparseMode.router, -1.0)
     out, active = run(args, kw)
