@@ -27,8 +27,8 @@ from llamafast.cli.presets import RunConfig, load_preset
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-ModelOpt = Annotated[Optional[Path], typer.Option("--model", "-m", help="Checkpoint: Meta or Hugging Face directory, llama2.c .bin, or llamafast. Default: the bundled stories260K.")]
-TokenizerOpt = Annotated[Optional[Path], typer.Option(help="SentencePiece tokenizer.model (default: the one beside the checkpoint).")]
+ModelOpt = Annotated[Optional[Path], typer.Option("--model", "-m", help="Checkpoint: Meta or Hugging Face directory, llama2.c .bin, GGUF file, or llamafast directory. Default: the bundled stories260K.")]
+TokenizerOpt = Annotated[Optional[Path], typer.Option(help="SentencePiece tokenizer.model or Hugging Face tokenizer.json (default: the one beside the checkpoint, or a GGUF file's own).")]
 DeviceOpt = Annotated[Optional[str], typer.Option(help="cuda, cuda:N or cpu (default: cuda when available).")]
 DTypeOpt = Annotated[Optional[DType], typer.Option(help="Activation and weight dtype (auto: the checkpoint's on CUDA, float32 on the CPU).")]
 SparsityOpt = Annotated[Optional[float], typer.Option(help="A sparsified checkpoint's (llamafast sparsify) fraction of FFN neuron groups skipped per decode token, 0..0.95; 0 runs the FFN dense [default: the one it was made with]. Prompts stay dense.")]

@@ -31,7 +31,7 @@ def generate(
     model: ModelOpt = None,
     tokenizer: TokenizerOpt = None,
     prompt_file: Annotated[Optional[Path], typer.Option(help="Read the prompt from this file.")] = None,
-    chat: Annotated[bool, typer.Option("--chat", help="Wrap the prompt in the Llama-2-chat template.")] = False,
+    chat: Annotated[bool, typer.Option("--chat", help="Wrap the prompt in a chat template: Llama-2-chat's with a tokenizer.model, else the model's own (Jinja).")] = False,
     system: Annotated[Optional[str], typer.Option(help="System prompt for --chat.")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="Most tokens to generate [default: 256].")] = None,
     temperature: TemperatureOpt = None,
