@@ -126,7 +126,7 @@ def dense_t(w2t: Weight, dtype: torch.dtype) -> torch.Tensor:
     """A transposed weight's values (F, C): its E4M3 scales are per column, its Q8_0 blocks run along C."""
     if w2t.fmt.is_block:
         return dense(w2t, dtype)
-    return dequantize(w2t.data.t(), w2t.scale, dtype, w2t.fmt).t()
+    return dequantize(w2t.data.t(), w2t.scale, dtype, w2t.fmt).t().to(dtype)
 
 
 def select_groups(h, gate, router_w, router_b, threshold, group_size, mode):
