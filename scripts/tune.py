@@ -5,6 +5,7 @@ CONFIGS tables by hand, beside a comment that cites the committed output (docs/t
     python scripts/tune.py decode --shape llama-2-7b [--fp8 e5m2] --out scripts/results/tune_7b.json
     python scripts/tune.py prefill --out scripts/results/tune_prefill.json
     python scripts/tune.py sparse --shape llama-2-7b --out scripts/results/sparse/tune_7b.json
+    python scripts/tune.py sparse --shape llama-2-7b --variants router-q4_0,router-q8_0 --out OUT.json
     python scripts/tune.py tp --shape llama-2-7b --world 2 --out scripts/results/tp/tune_tp2_7b.json
     TRITON_CACHE_DIR=$(mktemp -d) python scripts/tune.py first-use --shape llama-2-7b --out OUT.json
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import torch
 from llamafast.kernels import sparse_select
-from llamafast.kernels.gemv import GemvConfig
+from llamafast.kernels.gemv import GemvConfig, gemv_key
 from llamafast.kernels.prefill.flash_attention import FlashConfig
 from llamafast.kernels.prefill.tiles import TileConfig
 from llamafast.kernels.sparse_ffn import DEFAULT
@@ -159,8 +160,8 @@ def sparse(a) -> None:
     config, copy_bw = model_config(a.shape), copy_bandwidth(CUDA)
     rows, summary = [], []
     for variant in a.variants.split(","):
-        mode, weights = variant.split("-")
-        fp8 = None if weights == "bf16" else FP8Format.e5m2
+        mode, weights = variant.split("-")  # weights: bf16, fp8 (E5M2) or a block format (gate and up; W2t Q8_0)
+        fp8 = None if weights == "bf16" else FP8Format.e5m2 if weights == "fp8" else WeightFormat(weights)
         r, s = _sparse_sweep(f"sparse_ffn[{mode} 0.5]", config, fp8, copy_bw)
         s["dense_ffn_us"] = sum(_graph_us(name, config, fp8) for name in ("rmsnorm_swiglu", "linear_residual[w2]"))
         rows += r
@@ -187,8 +188,7 @@ def _graph_us(name, config, fp8) -> float:
 
 def _sparse_sweep(name, config, fp8, copy_bw):
     spec, nbytes, sets = _registry_sets(name, config, fp8)
-    w1 = sets[0][0][2]
-    key = (*w1.shape, w1.element_size())
+    key = gemv_key(sets[0][0][2])  # w1's: the launch tables' key
     gather = [dataclasses.replace(DEFAULT, block_n=bn, block_k=bk, num_warps=w) for bn, bk, w in gemv_grid(True, False)]
     scatter = [(splits, bc, w) for splits, bc, w in itertools.product([8, 16, 32, 64], [32, 64, 128, 256, 512],
                                                                       [1, 2, 4, 8])
@@ -336,7 +336,7 @@ def main() -> None:
     commands["decode"].add_argument("--weights", choices=list(BLOCK_FORMATS), help="block weights (no --fp8)")
     commands["decode"].add_argument("--kernels", default=",".join(GEMV_KERNELS) + ",decode_attention")
     commands["sparse"].add_argument("--variants", default="router-bf16,router-fp8,gate-bf16,gate-fp8",
-                                    help="MODE-WEIGHTS pairs to sweep")
+                                    help="MODE-WEIGHTS pairs; WEIGHTS bf16, fp8 (E5M2) or a block format (q4_0, ...)")
     commands["tp"].add_argument("--world", type=int, default=2, help="the tensor-parallel size whose rank 0 is tuned")
     commands["first-use"].add_argument("--prompt-len", type=int, default=16)
     commands["first-use"].add_argument("--new-tokens", type=int, default=256)

@@ -114,7 +114,12 @@ def sparse_inputs(mode: SparseMode):
         n = f // g
         w1, w3 = (weight(f, c.dim, dtype, device, fp8) for _ in range(2))
         w2 = rand(c.dim, f, dtype=dtype, device=device, scale=f**-0.5)
-        w2t = Weight(w2.t().contiguous()) if fp8 is None else transposed_fp8(w2, fp8)
+        if isinstance(fp8, WeightFormat):
+            from llamafast.sparse.blocks import W2T_BLOCKS, transposed_blocks
+
+            w2t = Weight(*transposed_blocks(w2.float()), W2T_BLOCKS)
+        else:
+            w2t = Weight(w2.t().contiguous()) if fp8 is None else transposed_fp8(w2, fp8)
         layout = SparseLayout(g, (0.0, SPARSE_SKIP))
         w1f = reference.dense(w1, torch.float32)
         parts = exact_parts(c, layout, dtype, device, torch.Generator(device=device).manual_seed(0), w1f, norm_w)
@@ -137,13 +142,22 @@ def transposed_fp8(w2, fp8) -> Weight:
 
 def _sparse_bytes(mode: SparseMode):
     """What the sparse FFN must read at SPARSE_SKIP: the router (router mode) or all of W1 (gate mode), then the
-    running groups' rows of W1 and W3 (router mode) or W3 alone, and of W2t; x, and the fp32 output."""
+    running groups' rows of W1 and W3 (router mode) or W3 alone, and of W2t; x, and the fp32 output. Block weights
+    count whole blocks with their scales, W2t's in Q8_0 (llamafast/sparse/blocks.py)."""
     def count(c: ModelConfig, dtype, context, fp8=None):
         s, f, g = dtype.itemsize, c.hidden_dim, default_group_size(c.hidden_dim)
-        n, w = f // g, 1 if fp8 else s
-        running = (n - round(n * SPARSE_SKIP)) * g * c.dim * w
-        select = n * c.dim * s + 4 * n if mode == SparseMode.router else f * c.dim * w
-        return select + running * (3 if mode == SparseMode.router else 2) + c.dim * s + 4 * c.dim
+        n = f // g
+        rows = (n - round(n * SPARSE_SKIP)) * g
+
+        def stored(fmt, r: int) -> int:  # r rows of C weights
+            return fmt.stored_bytes(r, c.dim) if isinstance(fmt, WeightFormat) else r * c.dim * (1 if fmt else s)
+
+        w2t = WeightFormat.q8_0 if isinstance(fp8, WeightFormat) else fp8
+        if mode == SparseMode.router:
+            select, gate_up = n * c.dim * s + 4 * n, 2 * stored(fp8, rows)
+        else:
+            select, gate_up = stored(fp8, f), stored(fp8, rows)
+        return select + gate_up + stored(w2t, rows) + c.dim * s + 4 * c.dim
 
     return count
 

@@ -194,3 +194,28 @@ def test_bench_inputs_skip_half(mode):
     assert int(active.sum()) == 25 - round(25 / 2)
     torch.testing.assert_close(out, reference.sparse_ffn(*args[:8], args[8].clone(), *args[9:], **kw),
                                **tolerance(torch.float32))
+
+
+@pytest.mark.parametrize("mode", list(SparseMode), ids=str)
+def test_bench_inputs_of_block_weights(mode):
+    """bench --kernels and tune.py sparse on block weights: gate and up in Q4_0, W2t in Q8_0, against the reference,
+    and a byte count that is the tensors' the run reads (whole rows of blocks with their scales)."""
+    from llamafast.measure.registry import REGISTRY
+
+    spec = REGISTRY[f"sparse_ffn[{mode.value} 0.5]"]
+    config = ModelConfig(dim=96, n_layers=1, n_heads=6, hidden_dim=200)  # 25 groups of 8
+    args, kw = spec.make_inputs(config, torch.float16, DEVICE, 1, WeightFormat.q4_0)
+    x, _, w1, w3, w2t, router_w = args[:6]
+    assert (w1.fmt, w3.fmt, w2t.fmt) == (WeightFormat.q4_0, WeightFormat.q4_0, W2T_BLOCKS)
+    out, active = run(args, kw)
+    torch.testing.assert_close(out, reference.sparse_ffn(*args[:8], args[8].clone(), *args[9:], **kw),
+                               **tolerance(torch.float16))
+    rows = int(active.sum()) * 8
+
+    def running(w: Weight) -> int:  # the running groups' rows, their block scales included
+        return (w.data.nbytes + w.scale.nbytes) // 200 * rows
+
+    select = router_w.nbytes + 4 * 25 if mode == SparseMode.router else w1.data.nbytes + w1.scale.nbytes
+    gate_up = running(w1) + running(w3) if mode == SparseMode.router else running(w3)
+    read = select + gate_up + running(w2t) + x.nbytes + 4 * 96
+    assert spec.bytes_moved(config, torch.float16, 1, WeightFormat.q4_0) == read
