@@ -208,8 +208,9 @@ def test_bench_inputs_of_block_weights(mode):
     x, _, w1, w3, w2t, router_w = args[:6]
     assert (w1.fmt, w3.fmt, w2t.fmt) == (WeightFormat.q4_0, WeightFormat.q4_0, W2T_BLOCKS)
     out, active = run(args, kw)
-    torch.testing.assert_close(out, reference.sparse_ffn(*args[:8], args[8].clone(), *args[9:], **kw),
-                               **tolerance(torch.float16))
+    exact = reference.sparse_ffn(x.float(), args[1].float(), w1, w3, w2t, router_w.float(), *args[6:8],
+                                 args[8].clone(), *args[9:], **kw)
+    torch.testing.assert_close(out.float(), exact, **tolerance(torch.float16))  # the fp32 oracle, as above
     rows = int(active.sum()) * 8
 
     def running(w: Weight) -> int:  # the running groups' rows, their block scales included
