@@ -113,13 +113,7 @@ def sparse_inputs(mode: SparseMode):
         (x, norm_w), f, g = norm_inputs(c, dtype, device), c.hidden_dim, default_group_size(c.hidden_dim)
         n = f // g
         w1, w3 = (weight(f, c.dim, dtype, device, fp8) for _ in range(2))
-        w2 = rand(c.dim, f, dtype=dtype, device=device, scale=f**-0.5)
-        if isinstance(fp8, WeightFormat):
-            from llamafast.sparse.blocks import W2T_BLOCKS, transposed_blocks
-
-            w2t = Weight(*transposed_blocks(w2.float()), W2T_BLOCKS)
-        else:
-            w2t = Weight(w2.t().contiguous()) if fp8 is None else transposed_fp8(w2, fp8)
+        w2t = transposed(rand(c.dim, f, dtype=dtype, device=device, scale=f**-0.5), fp8)
         layout = SparseLayout(g, (0.0, SPARSE_SKIP))
         w1f = reference.dense(w1, torch.float32)
         parts = exact_parts(c, layout, dtype, device, torch.Generator(device=device).manual_seed(0), w1f, norm_w)
@@ -135,8 +129,16 @@ def sparse_inputs(mode: SparseMode):
     return make
 
 
-def transposed_fp8(w2, fp8) -> Weight:
-    q, scale, _ = quantize(w2, fp8)  # per output channel: per column of w2t
+def transposed(w2, fp8: FP8Format | WeightFormat | None) -> Weight:
+    """The sparse FFN's W2t (F, C) of w2 (C, F), as sparsify writes it: float, FP8 (E4M3's scales per output
+    channel: per column of W2t), or for block weights Q8_0 along C (llamafast/sparse/blocks.py)."""
+    if fp8 is None:
+        return Weight(w2.t().contiguous())
+    if isinstance(fp8, WeightFormat):
+        from llamafast.sparse.blocks import W2T_BLOCKS, transposed_blocks
+
+        return Weight(*transposed_blocks(w2.float()), W2T_BLOCKS)
+    q, scale, _ = quantize(w2, fp8)
     return Weight(q.t().contiguous(), scale, fp8.format)
 
 

@@ -11,9 +11,9 @@ import torch
 from llamafast.kernels import sparse_ffn
 
 from llamafast import reference
-from llamafast.measure.registry import rand, transposed_fp8, weight
+from llamafast.measure.registry import rand, transposed, weight
 from llamafast.config import MODEL_CONFIGS, ModelConfig, SparseMode, Weight, WeightFormat, sparse_work_size
-from llamafast.sparse.blocks import W2T_BLOCKS, transposed_blocks
+from llamafast.sparse.blocks import W2T_BLOCKS
 
 from .common import BLOCKS, DEVICE, FP8, K_QUANTS, ON_GPU, tolerance
 
@@ -40,11 +40,7 @@ def inputs(c: ModelConfig, g: int, dtype, fp8, mode, threshold):
     f, n = c.hidden_dim, c.hidden_dim // g
     x, norm_w = rand(1, c.dim, dtype=dtype, device=DEVICE), rand(c.dim, dtype=dtype, device=DEVICE, scale=0.2) + 1
     w1, w3 = (weight(f, c.dim, dtype, DEVICE, fp8) for _ in range(2))
-    w2 = rand(c.dim, f, dtype=dtype, device=DEVICE, scale=f**-0.5)
-    if isinstance(fp8, WeightFormat):
-        w2t = Weight(*transposed_blocks(w2.float()), W2T_BLOCKS)
-    else:
-        w2t = Weight(w2.t().contiguous()) if fp8 is None else transposed_fp8(w2, fp8)
+    w2t = transposed(rand(c.dim, f, dtype=dtype, device=DEVICE, scale=f**-0.5), fp8)
     router_w = rand(n, c.dim, dtype=dtype, device=DEVICE, scale=c.dim**-0.5)
     router_b = torch.randn(n, device=DEVICE) * 0.5
     work = torch.zeros(sparse_work_size(n), dtype=torch.int32, device=DEVICE)
@@ -213,10 +209,13 @@ def test_bench_inputs_of_block_weights(mode):
     torch.testing.assert_close(out.float(), exact, **tolerance(torch.float16))  # the fp32 oracle, as above
     rows = int(active.sum()) * 8
 
-    def running(w: Weight) -> int:  # the running groups' rows, their block scales included
-        return (w.data.nbytes + w.scale.nbytes) // 200 * rows
+    def stored(w: Weight) -> int:  # its blocks with their scales
+        return w.data.nbytes + w.scale.nbytes
 
-    select = router_w.nbytes + 4 * 25 if mode == SparseMode.router else w1.data.nbytes + w1.scale.nbytes
+    def running(w: Weight) -> int:  # the running groups' rows
+        return stored(w) // 200 * rows
+
+    select = router_w.nbytes + 4 * 25 if mode == SparseMode.router else stored(w1)
     gate_up = running(w1) + running(w3) if mode == SparseMode.router else running(w3)
     read = select + gate_up + running(w2t) + x.nbytes + 4 * 96
     assert spec.bytes_moved(config, torch.float16, 1, WeightFormat.q4_0) == read
